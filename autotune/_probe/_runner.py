@@ -1,0 +1,242 @@
+"""The search's side of a probe: start it, read its windows, watch it, end it.
+
+Probes start from a fork server that has torch imported already, so each one
+is a fresh, clean process (no CUDA state, no threads, no leaked workers from
+an earlier trial) that starts in milliseconds rather than seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from multiprocessing.context import BaseContext
+from typing import Any
+
+import psutil
+
+from autotune._probe._child import child_main
+from autotune._probe._failure import describe_exit
+from autotune._probe._protocol import Failure, Figures, ProbeRequest, ProbeResult, Window
+
+OnWindow = Callable[[Window, list[Window]], bool]
+"""Called with each window and all so far; returning False stops the probe (pruned)."""
+
+_GRACE_SECONDS = 5.0
+_POLL_SECONDS = 0.1
+_context: BaseContext | None = None
+
+
+def probe_context() -> BaseContext:
+    """The multiprocessing context probes start from (a fork server with torch loaded)."""
+    global _context
+    if _context is None:
+        context: BaseContext
+        if "forkserver" in multiprocessing.get_all_start_methods():
+            context = multiprocessing.get_context("forkserver")
+            # torch._dynamo is imported by the first optimizer a probe builds: 2-3 s a
+            # probe unless the fork server has it already.
+            context.set_forkserver_preload(["torch", "torch._dynamo", "autotune._probe._child"])
+        else:
+            context = multiprocessing.get_context("spawn")
+        _context = context
+    return _context
+
+
+class TreeWatch:
+    """Samples the memory of a process and all its descendants in the background.
+
+    Memory is the proportional set size (shared pages split among sharers), so
+    forked workers that share their parent's pages are not counted twice.
+    """
+
+    def __init__(self, pid: int, *, limit: int | None, interval: float = 0.2) -> None:
+        self.limit = limit
+        self.peak = 0
+        self.exceeded_at: int | None = None
+        self._root = psutil.Process(pid)
+        self._seen: dict[int, psutil.Process] = {pid: self._root}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._interval = interval
+        self._thread = threading.Thread(target=self._loop, name="autotune-treewatch", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            self.sample()
+
+    def sample(self) -> int:
+        """Read the tree's memory now; returns it in bytes."""
+        try:
+            processes = [self._root, *self._root.children(recursive=True)]
+        except psutil.Error:
+            return 0
+        total = 0
+        for process in processes:
+            with self._lock:
+                self._seen.setdefault(process.pid, process)
+            total += _memory_of(process)
+        self.peak = max(self.peak, total)
+        if self.limit is not None and total > self.limit and self.exceeded_at is None:
+            self.exceeded_at = total
+        return total
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+
+    def kill_all(self) -> None:
+        """SIGKILL every process of the tree ever seen that is still alive."""
+        try:
+            current = self._root.children(recursive=True)
+        except psutil.Error:
+            current = []
+        with self._lock:
+            for process in current:
+                self._seen.setdefault(process.pid, process)
+            processes = list(self._seen.values())
+        for process in processes:
+            with contextlib.suppress(psutil.Error):
+                process.kill()  # psutil checks the pid was not reused
+
+
+def _memory_of(process: psutil.Process) -> int:
+    try:
+        info = process.memory_full_info()
+        return int(getattr(info, "pss", info.rss))
+    except psutil.AccessDenied:
+        try:
+            return int(process.memory_info().rss)
+        except psutil.Error:
+            return 0
+    except psutil.Error:
+        return 0
+
+
+def run_probe(request: ProbeRequest, *, on_window: OnWindow | None = None) -> ProbeResult:
+    """Run one probe in a fresh process and return what it measured.
+
+    A probe that raises, hangs (silent for ``request.stall_timeout``), goes over
+    ``request.memory_limit`` or dies returns a result with its failure; it does
+    not raise. KeyboardInterrupt propagates after the probe's processes are gone.
+    """
+    if request.worker_start_method is None:
+        request = dataclasses.replace(
+            request, worker_start_method=multiprocessing.get_start_method()
+        )
+    context = probe_context()
+    events, events_child = context.Pipe(duplex=False)
+    control_child, control = context.Pipe(duplex=False)
+    process = context.Process(  # type: ignore[attr-defined]
+        target=child_main,
+        args=(request, events_child, control_child),
+        name="autotune-probe",
+    )
+    began = time.perf_counter()
+    process.start()
+    events_child.close()
+    control_child.close()
+    watch = TreeWatch(process.pid, limit=request.memory_limit)
+
+    windows: list[Window] = []
+    startup: float | None = None
+    failure: Failure | None = None
+    info: dict[str, Any] = {}
+    stopped = finished = False
+    last_heard = time.monotonic()
+    try:
+        while True:
+            if events.poll(_POLL_SECONDS):
+                try:
+                    kind, payload = events.recv()
+                except (EOFError, OSError):
+                    process.join(timeout=_GRACE_SECONDS)
+                    exit_kind, message = describe_exit(process.exitcode)
+                    failure = Failure(kind=exit_kind, message=message)
+                    break
+                last_heard = time.monotonic()
+                if kind == "ready":
+                    startup = float(payload["startup_s"])
+                elif kind == "window":
+                    windows.append(payload)
+                    if not stopped and on_window is not None and not on_window(payload, windows):
+                        stopped = True
+                        _send_stop(control)
+                elif kind == "info":
+                    info = dict(payload)
+                elif kind == "done":
+                    finished = True
+                    break
+                elif kind == "error":
+                    failure = payload
+                    break
+                continue
+            if watch.exceeded_at is not None:
+                failure = Failure(
+                    kind="oom",
+                    message=(
+                        f"the probe's processes used {_gib(watch.exceeded_at)}, over the "
+                        f"memory limit of {_gib(watch.limit or 0)}"
+                    ),
+                )
+                break
+            silent = time.monotonic() - last_heard
+            if silent > request.stall_timeout:
+                failure = Failure(kind="timeout", message=_stall_message(startup, request))
+                break
+            if not process.is_alive() and not events.poll(0):
+                exit_kind, message = describe_exit(process.exitcode)
+                failure = Failure(kind=exit_kind, message=message)
+                break
+    finally:
+        _end(process, control, watch, graceful=finished)
+        events.close()
+
+    figures = Figures(
+        windows=tuple(windows),
+        startup_s=startup,
+        peak_memory_bytes=watch.peak or None,
+        wall_s=time.perf_counter() - began,
+    )
+    return ProbeResult(figures=figures, failure=failure, stopped=stopped, info=info)
+
+
+def _stall_message(startup: float | None, request: ProbeRequest) -> str:
+    limit = f"{request.stall_timeout:g} s"
+    if startup is None:
+        return (
+            f"no first batch within {limit}: the dataset, collate_fn or a worker hangs "
+            "(or start-up is slower than the trial timeout)"
+        )
+    return f"no progress for {limit} after start-up: a batch or a training step hangs"
+
+
+def _send_stop(control: Any) -> None:
+    with contextlib.suppress(BrokenPipeError, OSError):
+        control.send("stop")
+
+
+def _end(process: Any, control: Any, watch: TreeWatch, *, graceful: bool) -> None:
+    """Make sure the probe and every process it started are gone."""
+    if graceful:
+        process.join(timeout=_GRACE_SECONDS)
+    if process.is_alive():
+        _send_stop(control)
+        # The probe leads its own process group: this takes its workers too.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.kill()
+    watch.stop()
+    watch.kill_all()
+    process.join(timeout=_GRACE_SECONDS)
+    control.close()
+
+
+def _gib(value: int) -> str:
+    return f"{value / 2**30:.2f} GiB"
