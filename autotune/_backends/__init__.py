@@ -1,0 +1,62 @@
+"""Backends: who proposes configs and prunes the slow ones.
+
+A backend receives an :class:`ExplorePlan` and runs trials into the plan's
+Optuna study. The embedded backend runs Optuna in this process; others (Ray
+Tune) run the same probes elsewhere but record into the same study.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Protocol
+
+import optuna
+
+from autotune._options import SearchOptions
+from autotune._probe import Failure, ProbeRequest
+from autotune._progress import Progress
+from autotune._settings import Settings
+from autotune._space import Space
+
+
+@dataclasses.dataclass(kw_only=True)
+class ExplorePlan:
+    """Everything a backend needs to explore a space into a study."""
+
+    study: optuna.Study
+    space: Space
+    template: ProbeRequest
+    """A request for the workload and device; each trial replaces its settings."""
+    warm_starts: tuple[Settings, ...]
+    """Configs tried first (enqueued), so the sampler starts from sensible points."""
+    options: SearchOptions
+    progress: Progress
+    fatal: Failure | None = None
+    """Set by the backend when every config fails the same way (the user's code is broken)."""
+
+
+class Backend(Protocol):
+    """Runs the exploration phase of a search."""
+
+    name: str
+
+    def explore(self, plan: ExplorePlan) -> None:
+        """Run up to ``plan.options.trials`` trials (or until ``timeout``) into the study."""
+
+    def measure(self, plan: ExplorePlan, settings: list[Settings], roles: list[str]) -> str:
+        """Measure each config fully (no pruning) as trials tagged with a new group id;
+        returns the group id."""
+
+
+def get_backend(name: str) -> Backend:
+    """The backend called ``name``."""
+    from autotune._errors import ConfigError
+
+    if name in ("optuna", "embedded"):
+        from autotune._backends._embedded import EmbeddedBackend
+
+        return EmbeddedBackend()
+    raise ConfigError(f"backend is {name!r}; expected 'optuna'.")
+
+
+__all__ = ["Backend", "ExplorePlan", "get_backend"]

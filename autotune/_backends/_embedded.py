@@ -1,0 +1,90 @@
+"""The embedded backend: Optuna in this process, TPE proposing, ASHA pruning.
+
+Trials run one at a time: on one machine, concurrent probes would compete for
+the same cores and corrupt each other's figures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+import warnings
+from collections.abc import Iterator
+
+import optuna
+from optuna.exceptions import ExperimentalWarning
+
+from autotune._backends import ExplorePlan
+from autotune._backends._objective import Objective, TrialFailed, enqueue
+from autotune._settings import Settings
+from autotune._study import GROUP, ROLE, SETTINGS
+
+N_STARTUP_TRIALS = 6
+
+
+@contextlib.contextmanager
+def quiet_optuna() -> Iterator[None]:
+    """Silence Optuna's per-trial log lines; the search's progress replaces them."""
+    before = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(before)
+
+
+def sampler(seed: int | None) -> optuna.samplers.BaseSampler:
+    """TPE over the conditional space: multivariate and grouped, because
+    prefetch_factor and persistent_workers exist only with workers."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ExperimentalWarning)
+        return optuna.samplers.TPESampler(
+            seed=seed, multivariate=True, group=True, n_startup_trials=N_STARTUP_TRIALS
+        )
+
+
+def pruner(min_windows: int, reduction_factor: int) -> optuna.pruners.BasePruner:
+    """ASHA: Optuna's SuccessiveHalvingPruner, rungs at min_windows * rf**k windows."""
+    return optuna.pruners.SuccessiveHalvingPruner(
+        min_resource=min_windows, reduction_factor=reduction_factor
+    )
+
+
+class EmbeddedBackend:
+    """Optuna in this process."""
+
+    name = "optuna"
+
+    def _prepare(self, plan: ExplorePlan, *, exploring: bool) -> Objective:
+        plan.study.sampler = sampler(plan.options.seed)
+        plan.study.pruner = pruner(plan.options.min_windows, plan.options.reduction_factor)
+        return Objective(plan, exploring=exploring)
+
+    def explore(self, plan: ExplorePlan) -> None:
+        objective = self._prepare(plan, exploring=True)
+        if not plan.study.get_trials(deepcopy=False):
+            for settings in plan.warm_starts:
+                if plan.space.contains(settings):
+                    enqueue(plan.study, plan.space.params(settings), {ROLE: "explore"})
+        with quiet_optuna():
+            plan.study.optimize(
+                objective,
+                n_trials=plan.options.trials,
+                timeout=plan.options.timeout,
+                catch=(TrialFailed,),
+                callbacks=[objective.after],
+            )
+
+    def measure(self, plan: ExplorePlan, settings: list[Settings], roles: list[str]) -> str:
+        objective = self._prepare(plan, exploring=False)
+        group = uuid.uuid4().hex
+        for config, role in zip(settings, roles, strict=True):
+            enqueue(plan.study, {}, {ROLE: role, SETTINGS: config.to_dict(), GROUP: group})
+        with quiet_optuna():
+            plan.study.optimize(
+                objective,
+                n_trials=len(settings),
+                catch=(TrialFailed,),
+                callbacks=[objective.after],
+            )
+        return group

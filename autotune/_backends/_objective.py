@@ -1,0 +1,237 @@
+"""One trial of a search: sample a config, probe it, report its windows, record it.
+
+Shared rules of every trial, whatever proposes it:
+
+- a config equal to one already measured is not measured again: its figures
+  are reused (the trial says which one it repeats);
+- a batch size that ran out of memory marks every larger batch size with the
+  same other settings infeasible; they are recorded as such, not run;
+- a failure is recorded with its reason and the search goes on; if the same
+  failure ends every trial of a search, the user's code is broken and the
+  search stops with that one error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune._backends import ExplorePlan
+from autotune._probe import Failure, Figures, ProbeResult, Window, run_probe
+from autotune._settings import Settings
+from autotune._study import (
+    DUPLICATE_OF,
+    FAILURE,
+    FIGURES,
+    ROLE,
+    SETTINGS,
+    TrialRecord,
+)
+
+FATAL_REPEATS = 3
+"""Identical failures, with no success, after which a search stops."""
+MAX_REPEATS = 10
+"""Proposals in a row of configs already measured, after which exploration stops."""
+_NOT_THE_USERS_FAULT = ("infeasible", "interrupted")
+_MAX_TRACEBACK = 20_000
+
+
+class TrialFailed(Exception):
+    """A probe failed; the trial is recorded as FAIL with the reason."""
+
+
+def failure_signature(failure: Failure) -> str:
+    """Equal for one error met in different configs (indices and pids differ)."""
+    return re.sub(r"\d+", "#", failure.signature())
+
+
+def record_failure(trial: optuna.Trial, failure: Failure) -> None:
+    data = failure.to_dict()
+    if data.get("traceback"):
+        data["traceback"] = data["traceback"][-_MAX_TRACEBACK:]
+    trial.set_user_attr(FAILURE, data)
+
+
+class OutOfMemoryRule:
+    """Remembers which batch sizes ran out of memory with which other settings."""
+
+    def __init__(self) -> None:
+        self._smallest: dict[str, tuple[int, int]] = {}
+
+    @staticmethod
+    def _key(settings: Settings) -> str:
+        return dataclasses.replace(settings, batch_size=1).key()
+
+    def add(self, settings: Settings, number: int) -> None:
+        key = self._key(settings)
+        known = self._smallest.get(key)
+        if known is None or settings.batch_size < known[0]:
+            self._smallest[key] = (settings.batch_size, number)
+
+    def blocks(self, settings: Settings) -> Failure | None:
+        known = self._smallest.get(self._key(settings))
+        if known is None or settings.batch_size < known[0]:
+            return None
+        batch, number = known
+        return Failure(
+            kind="infeasible",
+            message=(
+                f"not run: batch {settings.batch_size} >= batch {batch}, which ran out of "
+                f"memory with the same settings in trial #{number}"
+            ),
+        )
+
+
+class Objective:
+    """The function Optuna calls for each trial of the embedded backend."""
+
+    def __init__(self, plan: ExplorePlan, *, exploring: bool = True) -> None:
+        self.plan = plan
+        self.exploring = exploring
+        self.oom = OutOfMemoryRule()
+        self.failures: list[Failure] = []
+        self.successes = 0
+        self.repeats = 0
+        for trial in plan.study.get_trials(deepcopy=False):
+            record = TrialRecord.from_trial(trial)
+            if record.failure and record.failure.kind == "oom" and record.settings:
+                self.oom.add(record.settings, record.number)
+
+    # ----------------------------------------------------------------- the trial
+    def __call__(self, trial: optuna.Trial) -> float:
+        role = str(trial.user_attrs.get(ROLE, "explore"))
+        if role == "explore":
+            settings = self.plan.space.sample(trial)
+            trial.set_user_attr(ROLE, role)
+        else:
+            settings = Settings.from_dict(trial.user_attrs[SETTINGS])
+        trial.set_user_attr(SETTINGS, settings.to_dict())
+        self.plan.progress.trial_started(trial.number, role, settings)
+
+        blocked = self.oom.blocks(settings)
+        if blocked is not None:
+            record_failure(trial, blocked)
+            raise TrialFailed(blocked.message)
+        if role == "explore":
+            earlier = self._earlier(settings, trial.number)
+            if earlier is not None:
+                return self._repeat(trial, earlier)
+        try:
+            result = self._probe(trial, settings, prunable=role == "explore")
+        except KeyboardInterrupt:
+            record_failure(trial, Failure(kind="interrupted", message="interrupted (Ctrl-C)"))
+            raise
+        return self._conclude(trial, settings, result)
+
+    def _probe(self, trial: optuna.Trial, settings: Settings, *, prunable: bool) -> ProbeResult:
+        request = dataclasses.replace(self.plan.template, settings=settings, mode="train")
+
+        def on_window(window: Window, windows: list[Window]) -> bool:
+            value = Figures(windows=tuple(windows)).samples_per_s
+            trial.report(value, len(windows))
+            self.plan.progress.window(trial.number, window, value)
+            return not (prunable and trial.should_prune())
+
+        return run_probe(request, on_window=on_window)
+
+    def _conclude(self, trial: optuna.Trial, settings: Settings, result: ProbeResult) -> float:
+        trial.set_user_attr(FIGURES, result.figures.to_dict())
+        if result.failure is not None:
+            record_failure(trial, result.failure)
+            if result.failure.kind == "oom":
+                self.oom.add(settings, trial.number)
+            raise TrialFailed(result.failure.message)
+        if result.stopped:
+            raise optuna.TrialPruned(f"pruned after {len(result.figures.windows)} windows")
+        return result.figures.samples_per_s
+
+    # ----------------------------------------------------------------- repeats
+    def _earlier(self, settings: Settings, number: int) -> FrozenTrial | None:
+        key = settings.key()
+        for trial in self.plan.study.get_trials(
+            deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+        ):
+            if trial.number == number or trial.user_attrs.get(ROLE, "explore") != "explore":
+                continue
+            failure = trial.user_attrs.get(FAILURE)
+            if failure and failure.get("kind") in ("interrupted", "timeout"):
+                continue  # may pass another time
+            stored = trial.user_attrs.get(SETTINGS)
+            if stored is not None and Settings.from_dict(stored).key() == key:
+                return trial
+        return None
+
+    def _repeat(self, trial: optuna.Trial, earlier: FrozenTrial) -> float:
+        """Reuse an earlier trial's outcome for the same config."""
+        trial.set_user_attr(DUPLICATE_OF, earlier.number)
+        for attr in (FIGURES, FAILURE):
+            if attr in earlier.user_attrs:
+                trial.set_user_attr(attr, earlier.user_attrs[attr])
+        for step, value in sorted(earlier.intermediate_values.items()):
+            trial.report(value, step)
+        if earlier.state == TrialState.COMPLETE:
+            assert earlier.value is not None
+            return earlier.value
+        if earlier.state == TrialState.PRUNED:
+            raise optuna.TrialPruned(f"same config as trial #{earlier.number}, which was pruned")
+        raise TrialFailed(f"same config as trial #{earlier.number}, which failed")
+
+    # ----------------------------------------------------------------- after each trial
+    def after(self, study: optuna.Study, frozen: FrozenTrial) -> None:
+        """Optuna callback: show the trial, and stop on a failure every config shares."""
+        record = TrialRecord.from_trial(frozen)
+        self.plan.progress.trial_finished(record, best_record(study))
+        if not self.exploring:
+            return
+        if record.state in ("COMPLETE", "PRUNED"):
+            self.successes += 1
+        elif (
+            record.failure is not None
+            and record.failure.kind not in _NOT_THE_USERS_FAULT
+            and record.duplicate_of is None
+        ):
+            self.failures.append(record.failure)
+        if self.successes == 0 and len(self.failures) >= FATAL_REPEATS:
+            signatures = {failure_signature(f) for f in self.failures}
+            if len(signatures) == 1:
+                self.plan.fatal = self.failures[0]
+                study.stop()
+        self.repeats = self.repeats + 1 if record.duplicate_of is not None else 0
+        if self.repeats >= MAX_REPEATS or self._exhausted(study):
+            self.plan.progress.message(
+                "every config of the space has been measured; exploration ends early"
+                if self.repeats < MAX_REPEATS
+                else f"the sampler proposed {self.repeats} measured configs in a row; "
+                "exploration ends early"
+            )
+            study.stop()
+
+    def _exhausted(self, study: optuna.Study) -> bool:
+        keys = set()
+        for trial in study.get_trials(deepcopy=False):
+            if trial.user_attrs.get(ROLE, "explore") == "explore" and SETTINGS in trial.user_attrs:
+                failure = trial.user_attrs.get(FAILURE) or {}
+                if failure.get("kind") not in ("interrupted", "timeout"):
+                    settings = Settings.from_dict(trial.user_attrs[SETTINGS])
+                    if self.plan.space.contains(settings):
+                        keys.add(settings.key())
+        return len(keys) >= self.plan.space.size()
+
+
+def best_record(study: optuna.Study) -> TrialRecord | None:
+    """The fastest measured trial so far (complete or pruned)."""
+    best: TrialRecord | None = None
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        record = TrialRecord.from_trial(trial)
+        if record.value is not None and (best is None or record.value > (best.value or 0)):
+            best = record
+    return best
+
+
+def enqueue(study: optuna.Study, params: dict[str, Any], attrs: dict[str, Any]) -> None:
+    """Queue a trial with fixed parameters and attributes."""
+    study.enqueue_trial(params, user_attrs=attrs)

@@ -1,0 +1,384 @@
+"""A search, stage by stage: preflight, explore, confirm, choose, save.
+
+Workload -> Space -> Backend (probes, pruned by ASHA) -> Study -> SearchResult
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import optuna
+import psutil
+
+from autotune._backends import ExplorePlan, get_backend
+from autotune._choose import Candidate, cheapest_within, finalists
+from autotune._errors import ConfigError, StudyError, WorkloadError
+from autotune._machine import Machine, detect_machine
+from autotune._options import SearchOptions
+from autotune._probe import Failure, Figures, ProbeRequest, WorkloadSource, run_probe
+from autotune._progress import Progress, QuietProgress, format_rate
+from autotune._result import Measurement, SearchResult
+from autotune._settings import Settings
+from autotune._space import Space, build_space
+from autotune._study import (
+    GROUP,
+    META,
+    RESULT,
+    STUDY_FORMAT,
+    TrialRecord,
+    open_study,
+    read_meta,
+    records,
+    resolve,
+)
+from autotune._workload import Workload, ensure_picklable, load_config
+
+_MEMORY_SHARE = 0.8
+_WORKLOAD_IDENTITY = ("dataset_type", "dataset_length", "model_type", "parameters")
+
+
+def search(
+    config: str | Path | None = None,
+    *,
+    dataset: Any = None,
+    model: Any = None,
+    loss: Callable[[Any, Any], Any] | None = None,
+    optimizer: Callable[[Any], Any] | None = None,
+    step: Callable[[Any, Any], Any] | None = None,
+    collate_fn: Callable[[list[Any]], Any] | None = None,
+    batch_size: int | None = None,
+    device: str | None = None,
+    name: str | None = None,
+    space: Mapping[str, Any] | None = None,
+    progress: Progress | None = None,
+    backend: str = "optuna",
+    **options: Any,
+) -> SearchResult:
+    """Tune a DataLoader by measuring short real trainings, and return the best settings.
+
+    Give either a config file, or ``dataset`` and ``model`` (factories or objects)
+    with the optional pieces a config file may define.
+
+    Args:
+        config: path of a config file (see the README's config contract).
+        dataset: a Dataset, or a function returning one.
+        model: an nn.Module, or a function returning one (each trial gets its own).
+        loss: ``loss(output, batch)`` -> scalar tensor.
+        optimizer: ``optimizer(params)`` -> Optimizer; default SGD.
+        step: ``step(model, batch)`` -> loss, for models with several inputs.
+        collate_fn: handed to the DataLoader as given.
+        batch_size: the batch size trained with today (default 32).
+        device: "cpu", "cuda", ...; default a GPU when there is one.
+        name: names the study by default.
+        space: knobs to fix or narrow (``{"num_workers": [0, 2, 4], "echo": [1, 2]}``).
+        progress: receives the search's events; default silent.
+        backend: "optuna" (embedded).
+        **options: :class:`SearchOptions` fields (trials, timeout, study, seed, ...).
+
+    Returns:
+        The chosen settings, their figures, and ``.loader(dataset)``.
+
+    Raises:
+        ConfigError: the config or the arguments are wrong.
+        WorkloadError: the dataset, model, loss or step fails.
+        StudyError: the study cannot be opened or does not match this workload.
+    """
+    if config is not None:
+        if dataset is not None or model is not None:
+            raise ConfigError("give a config file or dataset= and model=, not both.")
+        loaded = load_config(config)
+        workload = loaded.workload
+        user_space: Mapping[str, Any] = dict(loaded.space)
+        if space is not None:
+            user_space = {**user_space, **space}
+        search_options = SearchOptions.from_mapping(loaded.search, **options)
+    else:
+        if dataset is None or model is None:
+            raise ConfigError("nothing to tune: give a config file, or both dataset= and model=.")
+        workload = Workload(
+            dataset=dataset,
+            model=model,
+            loss=loss,
+            optimizer=optimizer,
+            step=step,
+            collate_fn=collate_fn,
+            batch_size=32 if batch_size is None else batch_size,
+            device=device,
+            name=name or "workload",
+        )
+        ensure_picklable(workload)
+        user_space = dict(space or {})
+        search_options = SearchOptions.from_mapping({}, **options)
+    return run_search(
+        workload,
+        user_space,
+        search_options,
+        progress=progress or QuietProgress(),
+        backend=backend,
+    )
+
+
+def run_search(
+    workload: Workload,
+    user_space: Mapping[str, Any],
+    options: SearchOptions,
+    *,
+    progress: Progress,
+    backend: str = "optuna",
+) -> SearchResult:
+    """Run every stage of a search for an already-validated workload."""
+    runner = get_backend(backend)
+    machine = detect_machine(workload.device)
+    device = workload.device or machine.accelerator
+    space = build_space(user_space, machine, workload.batch_size)
+    path, study_name = resolve(options.study, workload.name)
+    if options.resume and not path.exists():
+        raise StudyError(f"--resume: there is no study at {path} to continue.")
+    baseline = Settings(batch_size=workload.batch_size)
+    template = ProbeRequest(
+        source=_source(workload),
+        settings=baseline,
+        device=device,
+        window_seconds=options.window_seconds,
+        max_windows=options.max_windows,
+        warmup_seconds=options.warmup_seconds,
+        stall_timeout=options.trial_timeout,
+        memory_limit=options.memory_limit or _default_memory_limit(),
+        seed=options.seed or 0,
+    )
+    study = open_study(path, study_name, create=True)
+    meta = read_meta(study)
+
+    progress.phase("preflight", f"one training step of the default loader on {device}")
+    info = preflight(template, workload)
+    _check_same_workload(meta, machine, info, path)
+    if not meta:
+        study.set_user_attr(META, _meta(workload, machine, device, space, options, info))
+    progress.phase(
+        "explore",
+        f"{options.trials} trials into {path} (space of {space.size()} configs; "
+        + "; ".join(space.notes)
+        + ")",
+    )
+    plan = ExplorePlan(
+        study=study,
+        space=space,
+        template=template,
+        warm_starts=warm_starts(space, machine, workload.batch_size),
+        options=options,
+        progress=progress,
+    )
+    runner.explore(plan)
+    if plan.fatal is not None:
+        raise WorkloadError(_workload_message(workload, plan.fatal, every_config=True))
+
+    explored = _explored(study, space)
+    if not explored:
+        raise WorkloadError(
+            f"{workload.origin()}: no config finished a probe; see the failures with "
+            f"`autotune show {path}`."
+        )
+    chosen = finalists(explored, options.tolerance, options.finalists)
+    progress.phase(
+        "confirm",
+        f"measuring {len(chosen)} finalist(s) and the default loader again, side by side",
+    )
+    group = runner.measure(
+        plan,
+        [c.settings for c in chosen] + [baseline],
+        ["confirm"] * len(chosen) + ["baseline"],
+    )
+    confirmed, baseline_measured = _group_measurements(study, group)
+    if confirmed:
+        pick = cheapest_within(
+            [Candidate(m.settings, m.samples_per_s) for m in confirmed], options.tolerance
+        )
+        winner = next(m for m in confirmed if m.settings == pick.settings)
+    else:
+        progress.message("no finalist survived re-measuring; choosing from exploration figures")
+        winner = _from_exploration(study, explored, options.tolerance)
+
+    ceilings = _ceilings(template, winner.settings, progress) if options.ceilings else {}
+    result = SearchResult(
+        settings=winner.settings,
+        figures=winner.figures,
+        device=device,
+        machine=machine,
+        baseline=baseline_measured,
+        finalists=tuple(confirmed),
+        ceilings=ceilings,
+        tolerance=options.tolerance,
+        confirmed=bool(confirmed),
+        workload=info,
+        study_path=str(path),
+        study_name=study.study_name,
+        collate_fn=workload.collate_fn,
+    )
+    study.set_user_attr(RESULT, result.to_dict())
+    progress.phase("done", _summary(result))
+    return result
+
+
+# --------------------------------------------------------------------- stages
+def preflight(template: ProbeRequest, workload: Workload) -> dict[str, Any]:
+    """Build the dataset and model and run one step, so a broken workload fails in
+    one clear line before any trial; returns what was learned of the workload."""
+    result = run_probe(dataclasses.replace(template, mode="check"))
+    if result.failure is not None:
+        raise WorkloadError(_workload_message(workload, result.failure, every_config=False))
+    return result.info
+
+
+def warm_starts(space: Space, machine: Machine, batch_size: int) -> tuple[Settings, ...]:
+    """Configs tried first: the common rule of thumb, and no workers."""
+    threads = [t for t in space.threads.values() if isinstance(t, int)]
+    rule_of_thumb = Settings(
+        batch_size=batch_size,
+        num_workers=machine.cpus,
+        prefetch_factor=2,
+        persistent_workers=True,
+        pin_memory=machine.accelerator != "cpu",
+        threads=max(threads) if threads else None,
+    )
+    no_workers = dataclasses.replace(
+        rule_of_thumb, num_workers=0, prefetch_factor=None, persistent_workers=False
+    )
+    return tuple(space.snap(s) for s in (rule_of_thumb, no_workers))
+
+
+def _explored(study: optuna.Study, space: Space) -> list[Candidate]:
+    """Exploration measurements of configs in the current space (pruned ones included:
+    a config within noise of the best may have been pruned by one unlucky window)."""
+    candidates = []
+    for record in records(study):
+        if (
+            record.role == "explore"
+            and record.state in ("COMPLETE", "PRUNED")
+            and record.settings is not None
+            and record.value is not None
+            and space.contains(record.settings)
+        ):
+            candidates.append(Candidate(record.settings, record.value))
+    return candidates
+
+
+def _group_measurements(
+    study: optuna.Study, group: str
+) -> tuple[list[Measurement], Measurement | None]:
+    confirmed: list[Measurement] = []
+    baseline: Measurement | None = None
+    for trial in study.get_trials(deepcopy=False):
+        if trial.user_attrs.get(GROUP) != group:
+            continue
+        record = TrialRecord.from_trial(trial)
+        if record.state != "COMPLETE" or record.settings is None or record.figures is None:
+            continue
+        measurement = Measurement(settings=record.settings, figures=record.figures)
+        if record.role == "baseline":
+            baseline = measurement
+        else:
+            confirmed.append(measurement)
+    return confirmed, baseline
+
+
+def _from_exploration(
+    study: optuna.Study, explored: list[Candidate], tolerance: float
+) -> Measurement:
+    pick = cheapest_within(explored, tolerance)
+    for record in records(study):
+        if record.settings == pick.settings and record.figures is not None:
+            return Measurement(settings=record.settings, figures=record.figures)
+    raise WorkloadError("no measured config to choose from")  # unreachable: explored has one
+
+
+def _ceilings(template: ProbeRequest, settings: Settings, progress: Progress) -> dict[str, Figures]:
+    progress.phase("ceilings", "the model on batches in memory; the loader with no model")
+    ceilings: dict[str, Figures] = {}
+    for mode in ("compute", "data"):
+        result = run_probe(dataclasses.replace(template, settings=settings, mode=mode))
+        if result.failure is None:
+            ceilings[mode] = result.figures
+        else:
+            progress.message(f"{mode} ceiling not measured: {result.failure.message}")
+    return ceilings
+
+
+# --------------------------------------------------------------------- helpers
+def _source(workload: Workload) -> WorkloadSource:
+    if workload.config_path is not None:
+        return WorkloadSource(config_path=workload.config_path)
+    return WorkloadSource(pickled=pickle.dumps(workload))
+
+
+def _default_memory_limit() -> int:
+    return int(psutil.virtual_memory().available * _MEMORY_SHARE)
+
+
+def _workload_message(workload: Workload, failure: Failure, *, every_config: bool) -> str:
+    where = workload.origin()
+    piece = f"{failure.piece}: " if failure.piece else ""
+    hint = ""
+    if failure.piece == "model(batch)" and workload.step is None:
+        hint = " (if the model takes several inputs, define step(model, batch) in the config)"
+    lead = "every config failed the same way: " if every_config else ""
+    return f"{where}: {lead}{piece}{failure.message}{hint}"
+
+
+def _meta(
+    workload: Workload,
+    machine: Machine,
+    device: str,
+    space: Space,
+    options: SearchOptions,
+    info: Mapping[str, Any],
+) -> dict[str, Any]:
+    return {
+        "format": STUDY_FORMAT,
+        "config": workload.config_path,
+        "workload_name": workload.name,
+        "batch_size": workload.batch_size,
+        "device": device,
+        "machine": machine.to_dict(),
+        "workload": dict(info),
+        "space": space.to_dict(),
+        "options": {k: v for k, v in dataclasses.asdict(options).items() if k != "study"},
+    }
+
+
+def _check_same_workload(
+    meta: Mapping[str, Any], machine: Machine, info: Mapping[str, Any], path: Path
+) -> None:
+    """A study's figures only compare with new ones for the same workload and machine."""
+    if not meta:
+        return
+    before = meta.get("workload", {})
+    changed = [
+        f"{key} {before.get(key)!r} -> {info.get(key)!r}"
+        for key in _WORKLOAD_IDENTITY
+        if key in before and before.get(key) != info.get(key)
+    ]
+    if changed:
+        raise StudyError(
+            f"study {path} was tuned on another workload ({'; '.join(changed)}); its figures "
+            "would not compare. Give another --study name."
+        )
+    differences = Machine.from_dict(meta.get("machine", {})).differences(machine)
+    if differences:
+        raise StudyError(
+            f"study {path} was measured on another machine ({'; '.join(differences)}); its "
+            "figures would not compare. Give another --study name."
+        )
+
+
+def _summary(result: SearchResult) -> str:
+    text = f"{result.settings.describe()}: {format_rate(result.samples_per_s)} samples/s"
+    if result.baseline is not None and result.speedup is not None:
+        text += (
+            f" vs {format_rate(result.baseline.samples_per_s)} for the default loader "
+            f"({result.speedup:.2f}x)"
+        )
+    return text

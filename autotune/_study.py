@@ -1,0 +1,226 @@
+"""The study: every trial and its figures, in an Optuna SQLite storage.
+
+State that must survive a restart lives in the storage, never on objects: a
+study resumes in another process, and is read back by ``show``, ``export`` and
+``autotune.load``. Everything autotune adds is a JSON user attribute:
+
+study attributes
+    ``autotune``         format, machine and workload fingerprints, space, options
+    ``autotune.result``  the chosen settings with the figures that chose them
+trial attributes
+    ``autotune.role``      explore, baseline, confirm
+    ``autotune.settings``  the whole config the trial measured
+    ``autotune.figures``   its figures (windows included)
+    ``autotune.failure``   why it failed
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+import warnings
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.exceptions import ExperimentalWarning
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune._errors import StudyError
+from autotune._probe import Failure, Figures
+from autotune._settings import Settings
+
+STUDY_FORMAT = 1
+META = "autotune"
+RESULT = "autotune.result"
+ROLE = "autotune.role"
+SETTINGS = "autotune.settings"
+FIGURES = "autotune.figures"
+FAILURE = "autotune.failure"
+GROUP = "autotune.group"
+BACKEND = "autotune.backend"
+DUPLICATE_OF = "autotune.duplicate_of"
+
+DEFAULT_DIR = Path("studies")
+_SQLITE_HEADER = b"SQLite format 3\x00"
+_HEARTBEAT_SECONDS = 10
+_LOCK_TIMEOUT_SECONDS = 60
+
+
+def resolve(study: str | Path | None, default_name: str) -> tuple[Path, str]:
+    """The file and the study name that ``--study`` means.
+
+    A bare name means ``studies/NAME.db``; anything with a path separator or a
+    ``.db`` suffix is a file, and the study inside is named after its stem.
+    """
+    if study is None or str(study) == "":
+        name = default_name
+        return DEFAULT_DIR / f"{name}.db", name
+    text = str(study)
+    if "/" in text or "\\" in text or text.endswith(".db"):
+        path = Path(text)
+        return path, path.stem
+    return DEFAULT_DIR / f"{text}.db", text
+
+
+def _check_file(path: Path) -> None:
+    """Refuse a file that is not an Optuna study, before Optuna writes into it."""
+    if path.is_dir():
+        raise StudyError(f"{path} is a directory; expected a study file (.db).")
+    size = path.stat().st_size
+    with path.open("rb") as handle:
+        header = handle.read(len(_SQLITE_HEADER))
+    if size == 0 or header != _SQLITE_HEADER:
+        raise StudyError(
+            f"{path} is not a study: it is not an SQLite database. Nothing was written; "
+            "give another --study path."
+        )
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5) as connection:
+            tables = {
+                row[0]
+                for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")
+            }
+    except sqlite3.DatabaseError as error:
+        raise StudyError(
+            f"{path} is corrupt or unreadable ({error}). Nothing was written; restore it "
+            "from a copy or give another --study path."
+        ) from None
+    if "studies" not in tables or "trials" not in tables:
+        raise StudyError(
+            f"{path} is an SQLite database but not a study (no Optuna tables). Nothing was "
+            "written; give another --study path."
+        )
+
+
+def storage(path: Path, *, must_exist: bool) -> optuna.storages.RDBStorage:
+    """Open (or create) the SQLite storage at ``path``.
+
+    Raises:
+        StudyError: missing (with ``must_exist``), not a study, corrupt, locked or newer.
+    """
+    if path.exists():
+        _check_file(path)
+    elif must_exist:
+        raise StudyError(
+            f"no study at {path}; run `autotune search CONFIG --study {path}` to make one."
+        )
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    url = f"sqlite:///{path.resolve()}"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ExperimentalWarning)
+            return optuna.storages.RDBStorage(
+                url,
+                engine_kwargs={"connect_args": {"timeout": _LOCK_TIMEOUT_SECONDS}},
+                heartbeat_interval=_HEARTBEAT_SECONDS,
+                grace_period=3 * _HEARTBEAT_SECONDS,
+            )
+    except Exception as error:
+        raise StudyError(_explain_storage_error(path, error)) from error
+
+
+def _explain_storage_error(path: Path, error: Exception) -> str:
+    text = str(error)
+    if "locked" in text:
+        return (
+            f"{path} is locked by another process and stayed locked for "
+            f"{_LOCK_TIMEOUT_SECONDS} s; wait for it or give another --study path."
+        )
+    if "no longer compatible" in text or "newer" in text or "schema" in text:
+        return (
+            f"{path} was written by a newer Optuna than this one ({optuna.__version__}); "
+            "upgrade optuna and autotune to read it. Nothing was written."
+        )
+    first = text.splitlines()[0] if text else type(error).__name__
+    return f"{path} cannot be opened as a study: {first}"
+
+
+def study_names(path: Path) -> list[str]:
+    """Names of the studies in a file."""
+    return [s.study_name for s in optuna.get_all_study_summaries(storage(path, must_exist=True))]
+
+
+def open_study(path: Path, name: str, *, create: bool) -> optuna.Study:
+    """The study ``name`` in ``path``; created when ``create`` and absent.
+
+    When only reading and the file holds exactly one study, that one is used
+    whatever its name.
+    """
+    store = storage(path, must_exist=not create)
+    try:
+        if create:
+            return optuna.create_study(
+                storage=store, study_name=name, direction="maximize", load_if_exists=True
+            )
+        names = [s.study_name for s in optuna.get_all_study_summaries(store)]
+        if name not in names:
+            if len(names) == 1:
+                name = names[0]
+            else:
+                raise StudyError(
+                    f"{path} holds no study named {name!r}; it holds {names or 'none'}."
+                )
+        return optuna.load_study(storage=store, study_name=name)
+    except StudyError:
+        raise
+    except Exception as error:
+        raise StudyError(_explain_storage_error(path, error)) from error
+
+
+def read_meta(study: optuna.Study) -> dict[str, Any]:
+    """The study's autotune attributes; checks the format is one this version reads."""
+    meta: dict[str, Any] = dict(study.user_attrs.get(META) or {})
+    fmt = meta.get("format", STUDY_FORMAT)
+    if isinstance(fmt, int) and fmt > STUDY_FORMAT:
+        raise StudyError(
+            f"study {study.study_name!r} was written by a newer autotune (format {fmt}; this "
+            f"version reads up to {STUDY_FORMAT}); upgrade autotune to read it."
+        )
+    return meta
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrialRecord:
+    """One trial as autotune reads it back."""
+
+    number: int
+    state: str
+    role: str
+    settings: Settings | None
+    value: float | None
+    """samples/s: the final figure, or for a pruned trial its last reported one."""
+    figures: Figures | None
+    failure: Failure | None
+    duration_s: float | None
+    duplicate_of: int | None = None
+    backend: str | None = None
+
+    @classmethod
+    def from_trial(cls, trial: FrozenTrial) -> TrialRecord:
+        attrs = trial.user_attrs
+        settings = Settings.from_dict(attrs[SETTINGS]) if SETTINGS in attrs else None
+        figures = Figures.from_dict(attrs[FIGURES]) if FIGURES in attrs else None
+        failure = Failure.from_dict(attrs[FAILURE]) if FAILURE in attrs else None
+        value: float | None = trial.value
+        if value is None and trial.state == TrialState.PRUNED and trial.intermediate_values:
+            value = trial.intermediate_values[max(trial.intermediate_values)]
+        duration = trial.duration.total_seconds() if trial.duration is not None else None
+        return cls(
+            number=trial.number,
+            state=trial.state.name,
+            role=str(attrs.get(ROLE, "explore")),
+            settings=settings,
+            value=value,
+            figures=figures,
+            failure=failure,
+            duration_s=duration,
+            duplicate_of=attrs.get(DUPLICATE_OF),
+            backend=attrs.get(BACKEND),
+        )
+
+
+def records(study: optuna.Study) -> list[TrialRecord]:
+    """Every trial of the study, oldest first."""
+    return [TrialRecord.from_trial(t) for t in study.get_trials(deepcopy=False)]
