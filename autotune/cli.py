@@ -1,0 +1,148 @@
+"""The command line: a thin layer over the library.
+
+    autotune search CONFIG [--trials N] [--timeout S] [--study NAME_OR_PATH] [--seed N]
+                           [--resume] [--debug]
+    autotune show STUDY
+    autotune export STUDY [-o settings.json]
+
+A user's mistake is one line on stderr and exit code 2; ``--debug`` adds the
+traceback. Ctrl-C exits with 130 and keeps every finished trial.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from autotune._errors import AutotuneError
+
+EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130
+EXIT_INTERNAL = 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="autotune",
+        description="Measure, don't guess, the DataLoader settings of a PyTorch training.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    search = commands.add_parser("search", help="tune a config and save the study")
+    search.add_argument("config", help="the config file (a Python module)")
+    search.add_argument("--trials", type=int, help="exploration trials to run (default 24)")
+    search.add_argument("--timeout", type=float, help="seconds after which no trial starts")
+    search.add_argument(
+        "--study", help="study name (saved as studies/NAME.db) or path to a .db file"
+    )
+    search.add_argument("--seed", type=int, help="seed the sampler for a repeatable search")
+    search.add_argument(
+        "--resume", action="store_true", help="continue the study; fail if it does not exist"
+    )
+
+    show = commands.add_parser("show", help="the best settings and the trials of a study")
+    show.add_argument("study", help="a study name or .db path")
+
+    export = commands.add_parser("export", help="the best settings of a study as JSON")
+    export.add_argument("study", help="a study name or .db path")
+    export.add_argument("-o", "--output", help="write to this file instead of stdout")
+
+    for sub in (search, show, export):
+        sub.add_argument("--debug", action="store_true", help="show tracebacks")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code."""
+    args = _parser().parse_args(argv)
+    handlers: dict[str, Callable[[argparse.Namespace], int]] = {
+        "search": _search,
+        "show": _show,
+        "export": _export,
+    }
+    try:
+        return handlers[args.command](args)
+    except AutotuneError as error:
+        if args.debug:
+            traceback.print_exc()
+        print(f"autotune: error: {error}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print(
+            "autotune: interrupted; every finished trial is kept in the study. Run the same "
+            "command again (or add --resume) to continue.",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+    except Exception as error:
+        if args.debug:
+            traceback.print_exc()
+        print(
+            f"autotune: internal error: {type(error).__name__}: {error} "
+            "(this is a bug in autotune; run with --debug for the traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
+
+
+def _search(args: argparse.Namespace) -> int:
+    from autotune._progress import LineProgress
+    from autotune._search import search
+    from autotune._show import code_lines, result_lines
+
+    result = search(
+        args.config,
+        progress=LineProgress(),
+        trials=args.trials,
+        timeout=args.timeout,
+        study=args.study,
+        seed=args.seed,
+        resume=args.resume or None,
+    )
+    print("\n".join(result_lines(result)))
+    print(f"study: {result.study_path}")
+    print()
+    print("\n".join(code_lines(result)))
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from autotune._load import result_of
+    from autotune._show import counts_line, result_lines, trials_table
+    from autotune._study import open_study, records, resolve
+
+    path, name = resolve(args.study, Path(args.study).stem)
+    study = open_study(path, name, create=False)
+    trials = records(study)
+    print(f"study {study.study_name!r} in {path}: {counts_line(trials)}")
+    try:
+        print("\n".join(result_lines(result_of(study, path=path))))
+    except AutotuneError as error:
+        print(f"no settings chosen yet: {error}")
+    print()
+    print("\n".join(trials_table(trials)))
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from autotune._load import result_of
+    from autotune._study import open_study, resolve
+
+    path, name = resolve(args.study, Path(args.study).stem)
+    result = result_of(open_study(path, name, create=False), path=path)
+    text = json.dumps(result.to_dict(), indent=2, sort_keys=True)
+    if args.output:
+        Path(args.output).write_text(text + "\n")
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        print(text)
+    return 0
+
+
+def entry() -> None:
+    """Console-script entry point."""
+    sys.exit(main())
