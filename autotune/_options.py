@@ -86,7 +86,7 @@ class SearchOptions:
         ``None`` in ``overrides`` means "not given" and keeps the config's value.
         """
         known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
+        unknown = sorted((set(data) | set(overrides)) - known)
         if unknown:
             raise ConfigError(
                 f"search has unknown options {unknown}; the options are {sorted(known)}."

@@ -16,7 +16,7 @@ import psutil
 
 from autotune._backends import ExplorePlan, get_backend
 from autotune._choose import Candidate, cheapest_within, finalists
-from autotune._errors import ConfigError, StudyError, WorkloadError
+from autotune._errors import ConfigError, SpaceError, StudyError, WorkloadError
 from autotune._machine import Machine, detect_machine
 from autotune._options import SearchOptions
 from autotune._probe import Failure, Figures, ProbeRequest, WorkloadSource, run_probe
@@ -95,7 +95,10 @@ def search(
         user_space: Mapping[str, Any] = dict(loaded.space)
         if space is not None:
             user_space = {**user_space, **space}
-        search_options = SearchOptions.from_mapping(loaded.search, **options)
+        try:
+            search_options = SearchOptions.from_mapping(loaded.search, **options)
+        except ConfigError as error:
+            raise ConfigError(f"{workload.origin()}: {error}") from None
     else:
         if dataset is None or model is None:
             raise ConfigError("nothing to tune: give a config file, or both dataset= and model=.")
@@ -134,7 +137,10 @@ def run_search(
     runner = get_backend(backend)
     machine = detect_machine(workload.device)
     device = workload.device or machine.accelerator
-    space = build_space(user_space, machine, workload.batch_size)
+    try:
+        space = build_space(user_space, machine, workload.batch_size)
+    except SpaceError as error:
+        raise SpaceError(f"{workload.origin()}: {error}") from None
     path, study_name = resolve(options.study, workload.name)
     if options.resume and not path.exists():
         raise StudyError(f"--resume: there is no study at {path} to continue.")
@@ -247,7 +253,8 @@ def warm_starts(space: Space, machine: Machine, batch_size: int) -> tuple[Settin
     no_workers = dataclasses.replace(
         rule_of_thumb, num_workers=0, prefetch_factor=None, persistent_workers=False
     )
-    return tuple(space.snap(s) for s in (rule_of_thumb, no_workers))
+    snapped = (space.snap(s) for s in (rule_of_thumb, no_workers))
+    return tuple({s.key(): s for s in snapped}.values())
 
 
 def _explored(study: optuna.Study, space: Space) -> list[Candidate]:
@@ -320,7 +327,9 @@ def _default_memory_limit() -> int:
 
 def _workload_message(workload: Workload, failure: Failure, *, every_config: bool) -> str:
     where = workload.origin()
-    piece = f"{failure.piece}: " if failure.piece else ""
+    piece = ""
+    if failure.piece and not failure.message.startswith(failure.piece):
+        piece = f"{failure.piece}: "
     hint = ""
     if failure.piece == "model(batch)" and workload.step is None:
         hint = " (if the model takes several inputs, define step(model, batch) in the config)"

@@ -16,9 +16,11 @@ trial attributes
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sqlite3
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +47,18 @@ DEFAULT_DIR = Path("studies")
 _SQLITE_HEADER = b"SQLite format 3\x00"
 _HEARTBEAT_SECONDS = 10
 _LOCK_TIMEOUT_SECONDS = 60
+
+
+@contextlib.contextmanager
+def quiet_optuna() -> Iterator[None]:
+    """Silence Optuna's info lines (study created, trial finished); autotune's own
+    progress replaces them."""
+    before = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(before)
 
 
 def resolve(study: str | Path | None, default_name: str) -> tuple[Path, str]:
@@ -151,9 +165,10 @@ def open_study(path: Path, name: str, *, create: bool) -> optuna.Study:
     store = storage(path, must_exist=not create)
     try:
         if create:
-            return optuna.create_study(
-                storage=store, study_name=name, direction="maximize", load_if_exists=True
-            )
+            with quiet_optuna():
+                return optuna.create_study(
+                    storage=store, study_name=name, direction="maximize", load_if_exists=True
+                )
         names = [s.study_name for s in optuna.get_all_study_summaries(store)]
         if name not in names:
             if len(names) == 1:

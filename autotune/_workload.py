@@ -92,7 +92,9 @@ class Workload:
 
     def origin(self) -> str:
         """Where this workload came from, for messages."""
-        return self.config_path or f"the {self.name!r} workload"
+        if self.config_path:
+            return f"config {self.config_path}"
+        return f"the {self.name!r} workload"
 
 
 def _is_dataset_like(value: Any) -> bool:

@@ -6,10 +6,8 @@ the same cores and corrupt each other's figures.
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 import warnings
-from collections.abc import Iterator
 
 import optuna
 from optuna.exceptions import ExperimentalWarning
@@ -17,20 +15,9 @@ from optuna.exceptions import ExperimentalWarning
 from autotune._backends import ExplorePlan
 from autotune._backends._objective import Objective, TrialFailed, enqueue
 from autotune._settings import Settings
-from autotune._study import GROUP, ROLE, SETTINGS
+from autotune._study import GROUP, ROLE, SETTINGS, quiet_optuna
 
 N_STARTUP_TRIALS = 6
-
-
-@contextlib.contextmanager
-def quiet_optuna() -> Iterator[None]:
-    """Silence Optuna's per-trial log lines; the search's progress replaces them."""
-    before = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    try:
-        yield
-    finally:
-        optuna.logging.set_verbosity(before)
 
 
 def sampler(seed: int | None) -> optuna.samplers.BaseSampler:

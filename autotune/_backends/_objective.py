@@ -200,7 +200,10 @@ class Objective:
             if len(signatures) == 1:
                 self.plan.fatal = self.failures[0]
                 study.stop()
-        self.repeats = self.repeats + 1 if record.duplicate_of is not None else 0
+        known = record.duplicate_of is not None or (
+            record.failure is not None and record.failure.kind == "infeasible"
+        )
+        self.repeats = self.repeats + 1 if known else 0
         if self.repeats >= MAX_REPEATS or self._exhausted(study):
             self.plan.progress.message(
                 "every config of the space has been measured; exploration ends early"

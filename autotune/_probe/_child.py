@@ -252,6 +252,10 @@ def _check(
                 "batch_samples": batch_length(batch),
                 "first_batch_s": loaded - start,
                 "first_step_s": stepped - loaded,
+                "cpus": sorted(os.sched_getaffinity(0))
+                if hasattr(os, "sched_getaffinity")
+                else None,
+                "torch_threads": torch.get_num_threads(),
             },
         )
     )

@@ -1,0 +1,180 @@
+"""The command line: exit codes, one-line messages, and the study it writes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from autotune.cli import main
+
+QUICK_SEARCH = """
+search = {"window_seconds": 0.1, "max_windows": 3, "warmup_seconds": 0.05, "ceilings": False,
+          "trials": 4, "seed": 0}
+space = {"num_workers": [0, 1], "threads": 1, "batch_size": 8, "amp": "off"}
+"""
+
+GOOD = (
+    """
+from workloads import linear_model, sleepy_dataset
+dataset = sleepy_dataset
+model = linear_model
+batch_size = 8
+"""
+    + QUICK_SEARCH
+)
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def one_error_line(err: str) -> str:
+    """The error is one line; only progress lines ("[  0.2s] ...") may come before it."""
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("[")]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("autotune: error: ")
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def test_search_show_export_and_resume(capsys, write_config, workdir) -> None:
+    config = write_config(GOOD, "good.py")
+    code, out, err = run(capsys, "search", str(config))
+    assert code == 0, err
+    assert out.startswith("best: workers=")
+    assert "default DataLoader (num_workers=0, batch_size=8)" in out
+    assert "speedup over the default" in out
+    assert "torch.utils.data.DataLoader(" in out
+    assert "preflight:" in err and "trial #0" in err
+    assert (workdir / "studies" / "good.db").exists()
+
+    code, out, err = run(capsys, "show", "studies/good.db")
+    assert code == 0, err
+    assert "study 'good' in studies/good.db" in out
+    assert "best: workers=" in out
+    assert "baseline" in out and "explore" in out and "confirm" in out
+
+    code, out, err = run(capsys, "export", "good", "-o", "settings.json")
+    assert code == 0, err
+    exported = json.loads((workdir / "settings.json").read_text())
+    assert exported["dataloader"]["batch_size"] == 8
+    assert exported["settings"]["num_workers"] in (0, 1)
+    assert exported["baseline"]["settings"]["num_workers"] == 0
+
+    code, out, err = run(capsys, "search", str(config), "--trials", "2", "--resume")
+    assert code == 0, err
+    code, out, _ = run(capsys, "show", "good")
+    assert out.count(" explore ") == 6
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        (None, "no such file"),
+        ("x = (", "line 3: syntax error: '(' was never closed"),  # 2 header lines
+        ("import not_a_module_anywhere", "raised ModuleNotFoundError while loading"),
+        ("def model(): pass", "defines no `dataset()`"),
+        ("from workloads import sleepy_dataset as dataset", "defines no `model()`"),
+        ("dataset = 3\ndef model(): pass", "`dataset` is int; expected a function"),
+        (GOOD + "space = {'num_workers': -1}", "space['num_workers'] holds -1"),
+        (GOOD + "space = {'num_workers': 0, 'prefetch_factor': 2}", "fixes num_workers at 0"),
+        (GOOD + "search = {'trials': 0}", "trials is 0"),
+        (GOOD + "batch_size = 'big'", "batch_size is 'big'"),
+    ],
+)
+def test_config_mistakes_are_one_line_and_exit_2(capsys, write_config, source, expected) -> None:
+    path = "missing.py" if source is None else str(write_config(source))
+    code, _, err = run(capsys, "search", path)
+    assert code == 2
+    line = one_error_line(err)
+    assert expected in line
+    if source is not None:
+        assert "config.py" in line
+
+
+@pytest.mark.parametrize(
+    ("pieces", "expected"),
+    [
+        (
+            "from workloads import not_a_dataset as dataset, linear_model as model",
+            "config.py: dataset() returned int; expected a torch.utils.data.Dataset",
+        ),
+        (
+            "from workloads import sleepy_dataset as dataset, not_a_model as model",
+            "config.py: model() returned str; expected a torch.nn.Module",
+        ),
+        (
+            "from workloads import sleepy_dataset as dataset\n"
+            "from torch import nn\ndef model(): return nn.Linear(5, 3)",
+            "model(batch): RuntimeError: mat1 and mat2 shapes cannot be multiplied",
+        ),
+        (
+            "from workloads import sleepy_dataset as dataset, linear_model as model\n"
+            "def dataset(): raise OSError('bucket not reachable')",
+            "dataset(): OSError: bucket not reachable",
+        ),
+        (
+            "from workloads import raising_dataset as dataset, linear_model as model",
+            "loading a batch (dataset): ValueError: corrupt record",
+        ),
+        (
+            "from workloads import sleepy_dataset as dataset, linear_model as model\n"
+            "def loss(output, batch): return output",
+            "loss(output, batch): the loss is Tensor[8, 3]; expected a scalar tensor",
+        ),
+    ],
+)
+def test_broken_workloads_are_one_line_naming_the_piece(capsys, write_config, pieces, expected):
+    config = write_config(pieces + "\nbatch_size = 8\n" + QUICK_SEARCH)
+    code, _, err = run(capsys, "search", str(config))
+    assert code == 2
+    assert expected in one_error_line(err)
+
+
+def test_the_hint_for_models_with_several_inputs(capsys, write_config) -> None:
+    source = (
+        "from workloads import sleepy_dataset as dataset\n"
+        "from torch import nn\n"
+        "class TwoInputs(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__(); self.linear = nn.Linear(8, 3)\n"
+        "    def forward(self, x, mask):\n"
+        "        return self.linear(x * mask)\n"
+        "def model(): return TwoInputs()\n" + QUICK_SEARCH
+    )
+    code, _, err = run(capsys, "search", str(write_config(source)))
+    assert code == 2
+    assert "define step(model, batch)" in one_error_line(err)
+
+
+def test_debug_shows_the_traceback(capsys, write_config) -> None:
+    config = write_config("def model(): pass")
+    code, _, err = run(capsys, "search", str(config), "--debug")
+    assert code == 2
+    assert "Traceback" in err
+    assert err.strip().splitlines()[-1].startswith("autotune: error: ")
+
+
+def test_show_and_export_of_a_missing_study(capsys, workdir) -> None:
+    for command in ("show", "export"):
+        code, _, err = run(capsys, command, "nothing")
+        assert code == 2
+        assert "no study at studies/nothing.db" in one_error_line(err)
+
+
+def test_the_installed_command_exits_2(write_config) -> None:
+    config = write_config("def model(): pass")
+    process = subprocess.run(
+        [sys.executable, "-m", "autotune", "search", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert process.returncode == 2
+    assert process.stderr.startswith("autotune: error: config ")
+    assert process.stdout == ""

@@ -1,0 +1,151 @@
+"""Whole searches through the Python API, on small workloads with known behaviour."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+import workloads
+from conftest import quick
+from torch.utils.data import DataLoader
+
+import autotune
+from autotune import ConfigError, StudyError, WorkloadError
+from autotune._study import records
+
+
+def small_search(**options):
+    return autotune.search(
+        dataset=workloads.sleepy_dataset,
+        model=workloads.linear_model,
+        batch_size=8,
+        name="small",
+        space={"num_workers": [0, 1, 2], "threads": 1, "batch_size": [8, 16]},
+        **quick(**{"trials": 8, "seed": 0, **options}),
+    )
+
+
+def test_a_search_saves_its_trials_and_returns_a_tuned_loader(workdir) -> None:
+    result = small_search()
+    assert (workdir / "studies" / "small.db").exists()
+    assert result.study_path == "studies/small.db"
+    assert result.confirmed
+    assert result.baseline is not None
+    assert result.baseline.settings == autotune.Settings(batch_size=8)
+    assert result.samples_per_s > 0 and result.speedup is not None
+    # I/O-bound items: some workers beat none.
+    assert result.settings.num_workers > 0
+    assert result.speedup > 1.2
+    loader = result.loader(workloads.SleepyDataset(length=32))
+    assert isinstance(loader, DataLoader)
+    assert loader.num_workers == result.settings.num_workers
+    assert loader.batch_size == result.settings.batch_size
+
+    study = optuna.load_study(study_name="small", storage="sqlite:///studies/small.db")
+    roles = [r.role for r in records(study)]
+    assert roles.count("baseline") == 1 and "confirm" in roles
+    assert roles.count("explore") == 8
+    meta = study.user_attrs["autotune"]
+    assert meta["workload"]["dataset_length"] == 256
+    assert meta["machine"]["cpus"] >= 1 and meta["machine"]["torch_version"]
+    assert study.user_attrs["autotune.result"]["settings"] == result.settings.to_dict()
+
+
+def test_asha_prunes_slow_configs(workdir) -> None:
+    small_search(max_windows=9, trials=10)
+    study = optuna.load_study(study_name="small", storage="sqlite:///studies/small.db")
+    pruned = [t for t in study.trials if t.state == optuna.trial.TrialState.PRUNED]
+    assert pruned
+    for trial in pruned:
+        windows = trial.user_attrs["autotune.figures"]["windows"]
+        assert len(windows) < 9
+
+
+def test_a_second_search_adds_to_the_same_study(workdir) -> None:
+    small_search(trials=4)
+    small_search(trials=3, resume=True)
+    study = optuna.load_study(study_name="small", storage="sqlite:///studies/small.db")
+    assert sum(1 for r in records(study) if r.role == "explore") == 7
+
+
+def test_resume_needs_an_existing_study(workdir) -> None:
+    with pytest.raises(StudyError, match=r"no study at studies/small\.db"):
+        small_search(resume=True)
+
+
+def test_a_study_of_another_workload_is_refused(workdir) -> None:
+    small_search(trials=2)
+    with pytest.raises(StudyError, match="another workload"):
+        autotune.search(
+            dataset=workloads.SleepyDataset(length=99),
+            model=workloads.linear_model,
+            study="small",
+            **quick(trials=2),
+        )
+
+
+def test_the_same_failure_everywhere_stops_the_search_with_that_error(workdir) -> None:
+    # Passes the preflight (its first batch is fine), then fails in every config.
+    with pytest.raises(WorkloadError, match=r"every config failed the same way.*corrupt record"):
+        autotune.search(
+            dataset=workloads.FailingAfterDataset(after=8),
+            model=workloads.linear_model,
+            batch_size=4,
+            space={"num_workers": 0, "batch_size": [4, 8, 16, 32], "threads": [1, 2]},
+            **quick(trials=10),
+        )
+
+
+def test_out_of_memory_rules_out_larger_batches(workdir) -> None:
+    result = autotune.search(
+        dataset=workloads.sleepy_dataset,
+        model=workloads.oom_model,  # raises CUDA's OOM error above batch 8
+        batch_size=8,
+        space={"num_workers": 0, "threads": 1, "amp": "off", "batch_size": [8, 16, 32, 64]},
+        **quick(trials=8, seed=0),
+    )
+    assert result.settings.batch_size == 8
+    study = optuna.load_study(study_name="workload", storage="sqlite:///studies/workload.db")
+    explored = [r for r in records(study) if r.role == "explore"]
+    probed = [
+        r
+        for r in explored
+        if r.duplicate_of is None and not (r.failure and r.failure.kind == "infeasible")
+    ]
+    ooms = [r for r in probed if r.failure and r.failure.kind == "oom"]
+    assert ooms and all(r.settings.batch_size > 8 for r in ooms)
+    for oom in ooms:  # nothing at least as large was run after it
+        later = [r for r in probed if r.number > oom.number]
+        assert all(r.settings.batch_size < oom.settings.batch_size for r in later)
+    blocked = [r for r in explored if r.failure and r.failure.kind == "infeasible"]
+    assert all("ran out of memory" in r.failure.message for r in blocked)
+
+
+def test_a_space_that_is_fully_measured_ends_exploration_early(workdir) -> None:
+    result = autotune.search(
+        dataset=workloads.sleepy_dataset,
+        model=workloads.linear_model,
+        space={
+            "num_workers": [0, 1],
+            "prefetch_factor": 2,
+            "persistent_workers": True,
+            "batch_size": 8,
+            "threads": 1,
+        },
+        **quick(trials=20),
+    )
+    study = optuna.load_study(study_name="workload", storage="sqlite:///studies/workload.db")
+    explored = [r for r in records(study) if r.role == "explore"]
+    assert len(explored) < 20
+    assert {r.settings.num_workers for r in explored} == {0, 1}
+    assert result.settings.num_workers in (0, 1)
+
+
+def test_api_arguments_are_checked(workdir) -> None:
+    with pytest.raises(ConfigError, match="nothing to tune"):
+        autotune.search(dataset=workloads.sleepy_dataset)
+    with pytest.raises(ConfigError, match="not both"):
+        autotune.search("x.py", dataset=workloads.sleepy_dataset, model=workloads.linear_model)
+    with pytest.raises(ConfigError, match="cannot be sent to a probe process"):
+        autotune.search(dataset=lambda: workloads.SleepyDataset(), model=workloads.linear_model)
+    with pytest.raises(ConfigError, match="unknown options \\['trails'\\]"):
+        autotune.search(dataset=workloads.sleepy_dataset, model=workloads.linear_model, trails=3)

@@ -1,0 +1,150 @@
+"""Workloads with known behaviour, for tests. Module level, so probes can unpickle them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset, IterableDataset
+
+FEATURES = 8
+CLASSES = 3
+
+
+class SleepyDataset(Dataset):
+    """Each item sleeps ``delay`` seconds: a known per-item cost that leaves the CPU free."""
+
+    def __init__(self, length: int = 256, delay: float = 0.0) -> None:
+        self.length = length
+        self.delay = delay
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        if self.delay:
+            time.sleep(self.delay)
+        generator = torch.Generator().manual_seed(index)
+        return torch.randn(FEATURES, generator=generator), index % CLASSES
+
+
+class SleepyStream(IterableDataset):
+    """An iterable dataset of ``length`` items."""
+
+    def __init__(self, length: int = 256) -> None:
+        self.length = length
+
+    def __iter__(self):
+        for index in range(self.length):
+            yield torch.full((FEATURES,), float(index)), index % CLASSES
+
+
+class RaisingDataset(SleepyDataset):
+    """Raises on every index divisible by ``every``."""
+
+    def __init__(self, every: int = 1, length: int = 256) -> None:
+        super().__init__(length)
+        self.every = every
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        if index % self.every == 0:
+            raise ValueError(f"corrupt record {index}")
+        return super().__getitem__(index)
+
+
+class FailingAfterDataset(SleepyDataset):
+    """Raises once ``after`` items have been read by this process (passes a preflight)."""
+
+    def __init__(self, after: int = 8) -> None:
+        super().__init__(256)
+        self.after = after
+        self.read = 0
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        self.read += 1
+        if self.read > self.after:
+            raise ValueError(f"corrupt record {index}")
+        return super().__getitem__(index)
+
+
+class HangingDataset(SleepyDataset):
+    """Hangs forever once ``after`` items have been read by this process."""
+
+    def __init__(self, after: int = 0) -> None:
+        super().__init__(256)
+        self.after = after
+        self.read = 0
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        self.read += 1
+        if self.read > self.after:
+            time.sleep(3600)
+        return super().__getitem__(index)
+
+
+class SuicidalDataset(SleepyDataset):
+    """Kills the process that reads it (a DataLoader worker, or the probe itself)."""
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        os.kill(os.getpid(), signal.SIGKILL)
+        return super().__getitem__(index)
+
+
+class HungryDataset(SleepyDataset):
+    """Each item keeps a reference to ``mib`` MiB of fresh memory."""
+
+    def __init__(self, mib: int = 64) -> None:
+        super().__init__(256)
+        self.mib = mib
+        self.hoard: list[bytearray] = []
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        self.hoard.append(bytearray(os.urandom(1)) * (self.mib * 2**20))
+        return super().__getitem__(index)
+
+
+class BigBatchOOM(nn.Module):
+    """A linear model that raises CUDA's out-of-memory error above a batch size."""
+
+    def __init__(self, limit: int = 8) -> None:
+        super().__init__()
+        self.limit = limit
+        self.linear = nn.Linear(FEATURES, CLASSES)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        if inputs.shape[0] > self.limit:
+            raise torch.OutOfMemoryError(
+                f"CUDA out of memory. Tried to allocate {inputs.shape[0]} MiB (simulated)"
+            )
+        return self.linear(inputs)
+
+
+def linear_model() -> nn.Module:
+    return nn.Linear(FEATURES, CLASSES)
+
+
+def sleepy_dataset() -> Dataset:
+    return SleepyDataset(length=256, delay=0.002)
+
+
+def stream_dataset() -> IterableDataset:
+    return SleepyStream()
+
+
+def raising_dataset() -> Dataset:
+    return RaisingDataset(every=1)
+
+
+def oom_model() -> nn.Module:
+    return BigBatchOOM(limit=8)
+
+
+def not_a_dataset() -> int:
+    return 42
+
+
+def not_a_model() -> str:
+    return "resnet"
