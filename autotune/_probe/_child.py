@@ -270,7 +270,11 @@ def _measure(
     work: Callable[[Any], None],
     echo: int,
 ) -> None:
-    """Start-up, warm-up, then windows of steps, each sent as soon as it ends."""
+    """Start-up, warm-up, then windows of steps, each sent as soon as it ends.
+
+    A stop (the pruner's verdict on the last window) is obeyed at the next step:
+    the window under way is abandoned rather than measured for nothing.
+    """
     device = torch.device(request.device)
     default_n = request.settings.batch_size
     clock = time.perf_counter
@@ -303,6 +307,8 @@ def _measure(
                 samples += n
                 steps += 1
             fresh += n
+            if stop.is_set():
+                return
             if clock() - began >= request.window_seconds:
                 break
         synchronize(device)
