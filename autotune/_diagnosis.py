@@ -33,6 +33,8 @@ CONTENTION = 0.8
 """Below this fraction of the compute ceiling without waiting: something takes the CPU."""
 SLOW_STARTUP_S = 1.0
 """Worker start-up that costs this much at every epoch is worth persistent workers."""
+ABOVE = 1.1
+"""Measured this far above a ceiling: the machine's load changed between measurements."""
 MORE_WORKERS = 1.2
 """The loader alone this much faster with more workers: more workers would help."""
 NOISY = 0.15
@@ -209,6 +211,14 @@ def _advice(
         advice.append(
             f"workers take {figures.startup_s:.1f} s to start at every epoch: "
             "persistent_workers=True pays that once."
+        )
+    ceiling = min((v for v in (compute, data) if v), default=None)
+    if ceiling and rate > ceiling * ABOVE:
+        advice.append(
+            f"it measured {rate / ceiling:.0%} of a ceiling it cannot beat "
+            f"({format_rate(ceiling)} samples/s): the two were measured at different moments "
+            "and the machine's load changed between them (other processes?); measure on a "
+            "quiet machine for firm figures."
         )
     if compute is None and data is None:
         advice.append(

@@ -247,19 +247,26 @@ class LiveProgress:
     planned, elapsed and remaining time, the best so far and its config, the current
     trial's throughput. A line per trial and per phase scrolls above it.
 
-    Use it as a context manager (or call :meth:`close`), so the block is cleared and
-    its clock thread stopped when the search ends.
+    A clock thread redraws the block every ``interval`` seconds between events, so
+    the elapsed time moves while a probe starts. The block is cleared and the thread
+    stopped when the search is done; use it as a context manager (or call
+    :meth:`close`) so that happens when a search fails too. With no event for
+    ``idle`` seconds the thread stops by itself, and the next event restarts it.
     """
 
-    def __init__(self, stream: IO[str] | None = None, *, interval: float = 1.0) -> None:
+    def __init__(
+        self, stream: IO[str] | None = None, *, interval: float = 1.0, idle: float = 300.0
+    ) -> None:
         self.stream = stream or sys.stderr
         self.lines = LineProgress(self.stream)
         self.tracker = self.lines.tracker
         self.interval = interval
+        self.idle = idle
         self._drawn = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
+        self._last_event = time.monotonic()
 
     # ----------------------------------------------------------------- drawing
     def status(self) -> list[str]:
@@ -307,19 +314,27 @@ class LiveProgress:
             self._clear()
             event()
             self._draw()
-        if self._ticker is None and self.interval > 0:
-            self._ticker = threading.Thread(target=self._tick, daemon=True, name="autotune-live")
-            self._ticker.start()
+            self._last_event = time.monotonic()
+            if self.interval > 0 and (self._ticker is None or not self._ticker.is_alive()):
+                self._stop = threading.Event()
+                self._ticker = threading.Thread(
+                    target=self._tick, args=(self._stop,), daemon=True, name="autotune-live"
+                )
+                self._ticker.start()
 
-    def _tick(self) -> None:
-        while not self._stop.wait(self.interval):
+    def _tick(self, stop: threading.Event) -> None:
+        while not stop.wait(self.interval):
             with self._lock:
+                if stop.is_set() or time.monotonic() - self._last_event > self.idle:
+                    return
                 self._clear()
                 self._draw()
 
     # ----------------------------------------------------------------- events
     def phase(self, name: str, detail: str) -> None:
         self._update(lambda: self.lines.phase(name, detail))
+        if name == "done":
+            self.close()
 
     def plan(self, stage: str, trials: int, timeout: float | None, *, later: int = 0) -> None:
         self._update(lambda: self.lines.plan(stage, trials, timeout, later=later))
@@ -338,12 +353,13 @@ class LiveProgress:
 
     def close(self) -> None:
         """Stop the clock and clear the status block (the trial lines stay)."""
-        self._stop.set()
-        if self._ticker is not None:
-            self._ticker.join()
         with self._lock:
+            self._stop.set()
+            ticker, self._ticker = self._ticker, None
             self._clear()
             self.stream.flush()
+        if ticker is not None:
+            ticker.join()
 
     def __enter__(self) -> LiveProgress:
         return self

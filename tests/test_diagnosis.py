@@ -192,3 +192,14 @@ def test_a_results_diagnoses_survive_its_json_round_trip() -> None:
     assert default.data_ceiling == pytest.approx(500)
     assert default.loader_limit == pytest.approx(1000)
     assert [d.headline() for d in diagnose(result)] == [best.headline(), default.headline()]
+
+
+def test_a_figure_above_its_ceiling_blames_a_changing_load() -> None:
+    diagnosis = diagnose_config(
+        "default loader", at(NO_WORKERS, 184, wait=0.27), compute=figures(108), data=figures(595)
+    )
+    assert diagnosis.of_ceiling == pytest.approx(184 / 108)
+    assert any(
+        a.startswith("it measured 170% of a ceiling it cannot beat (108 samples/s)")
+        for a in diagnosis.advice
+    )

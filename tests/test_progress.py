@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import re
+import time
 
 import pytest
 
@@ -133,3 +134,32 @@ def test_the_live_block_redraws_in_place_and_clears_at_the_end() -> None:
     assert text.count("trial #0   explore") == 1
     assert "\r\x1b[J" in text and "\x1b[1A\x1b[J" in text
     assert text.endswith("\x1b[J")  # closing cleared the block
+
+
+def test_the_clock_redraws_between_events_and_stops_when_done() -> None:
+    terminal = Terminal()
+    live = LiveProgress(terminal, interval=0.01)
+    live.phase("preflight", "one step")
+    deadline = time.monotonic() + 5
+    while terminal.getvalue().count("preflight | ") < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert terminal.getvalue().count("preflight | ") >= 3  # redrawn with no new event
+    live.phase("done", "the best")
+    assert live._ticker is None
+    written = terminal.getvalue()
+    assert written.endswith("\x1b[J") and "done: the best\n" in written
+    time.sleep(0.05)
+    assert terminal.getvalue() == written  # nothing drawn after the end
+
+
+def test_the_clock_stops_by_itself_when_nothing_happens() -> None:
+    live = LiveProgress(Terminal(), interval=0.01, idle=0.03)
+    live.phase("explore", "4 trials")
+    ticker = live._ticker
+    assert ticker is not None
+    ticker.join(timeout=5)
+    assert not ticker.is_alive()
+    live.message("an event starts it again")
+    assert live._ticker is not ticker and live._ticker.is_alive()
+    live.close()
+    assert not ticker.is_alive() and live._ticker is None

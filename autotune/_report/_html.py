@@ -38,7 +38,7 @@ table.trials { border-collapse: collapse; font-size: 12px; width: 100%; }
 table.trials th, table.trials td { border-bottom: 1px solid #eee; padding: 2px 6px;
      text-align: right; white-space: nowrap; }
 table.trials th:last-child, table.trials td.note { text-align: left; white-space: normal; }
-table.trials td.note { color: #a33; }
+table.trials td.note { color: #777; } tr.fail td.note { color: #a33; }
 tr.pruned { color: #888; } tr.fail { background: #fff3f3; } tr.baseline { background: #fff8ef; }
 tr.chosen { background: #f2fbf2; font-weight: 600; }
 footer { margin-top: 36px; color: #777; font-size: 13px; }
