@@ -6,8 +6,10 @@
     result = autotune.search("examples/quickstart.py")
     loader = result.loader(train_set)          # a plain torch DataLoader, tuned
     later = autotune.load("studies/quickstart.db").loader(train_set)
+    autotune.report("studies/quickstart.db", "report.html")   # diagnosis, plots, trials
 """
 
+from autotune._diagnosis import Diagnosis, diagnose
 from autotune._errors import (
     AutotuneError,
     ConfigError,
@@ -21,7 +23,8 @@ from autotune._load import load
 from autotune._loader import EchoLoader
 from autotune._machine import Machine
 from autotune._options import SearchOptions
-from autotune._progress import LineProgress, Progress, QuietProgress
+from autotune._progress import LineProgress, LiveProgress, Progress, QuietProgress
+from autotune._report import report
 from autotune._result import Measurement, SearchResult
 from autotune._search import search
 from autotune._settings import Settings
@@ -32,9 +35,11 @@ __version__ = "0.1.0"
 __all__ = [
     "AutotuneError",
     "ConfigError",
+    "Diagnosis",
     "EchoLoader",
     "FingerprintWarning",
     "LineProgress",
+    "LiveProgress",
     "Machine",
     "Measurement",
     "MissingExtraError",
@@ -48,6 +53,8 @@ __all__ = [
     "Workload",
     "WorkloadError",
     "__version__",
+    "diagnose",
     "load",
+    "report",
     "search",
 ]

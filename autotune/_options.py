@@ -45,7 +45,8 @@ class SearchOptions:
     finalists: int = 3
     """Configs re-measured before the winner is named."""
     ceilings: bool = True
-    """Measure the compute ceiling and the data ceiling of the winner."""
+    """Measure the compute and data ceilings of the winner and of the default loader, and
+    the loader alone with the most workers (what the diagnosis compares them with)."""
 
     def __post_init__(self) -> None:
         positive = {

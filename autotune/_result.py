@@ -59,6 +59,11 @@ class SearchResult:
     """Every config re-measured before choosing, the winner among them."""
     ceilings: dict[str, Figures] = dataclasses.field(default_factory=dict)
     """"compute": the model on batches held in memory; "data": the winner's loader alone."""
+    baseline_ceilings: dict[str, Figures] = dataclasses.field(default_factory=dict)
+    """The same two ceilings for the default DataLoader (its batch size and threads)."""
+    loader_limit: Measurement | None = None
+    """The winner's loader alone with the most workers the default space tries (4 per CPU,
+    at most 32): about the most any worker count gets out of this dataset here."""
     tolerance: float = 0.0
     confirmed: bool = True
     """False when chosen from exploration figures alone (the search did not finish)."""
@@ -86,8 +91,16 @@ class SearchResult:
 
     @property
     def ceiling(self) -> float | None:
-        """min(compute ceiling, data ceiling): what no loader setting can beat."""
-        values = [f.samples_per_s for f in self.ceilings.values() if f.samples_per_s > 0]
+        """min(compute ceiling, data ceiling): what no loader setting can beat.
+
+        Both in samples the model trains on: with echo each loaded batch is trained on
+        ``echo`` times, so the loader alone feeds ``echo`` times its own rate.
+        """
+        values = []
+        for name, figures in self.ceilings.items():
+            scale = self.settings.echo if name == "data" else 1
+            if figures.samples_per_s > 0:
+                values.append(figures.samples_per_s * scale)
         return min(values) if values else None
 
     # ----------------------------------------------------------------- use
@@ -120,6 +133,8 @@ class SearchResult:
             "speedup": self.speedup,
             "finalists": [m.to_dict() for m in self.finalists],
             "ceilings": {k: f.to_dict() for k, f in self.ceilings.items()},
+            "baseline_ceilings": {k: f.to_dict() for k, f in self.baseline_ceilings.items()},
+            "loader_limit": self.loader_limit.to_dict() if self.loader_limit else None,
             "tolerance": self.tolerance,
             "confirmed": self.confirmed,
             "machine": self.machine.to_dict(),
@@ -145,6 +160,12 @@ class SearchResult:
             baseline=Measurement.from_dict(data["baseline"]) if data.get("baseline") else None,
             finalists=tuple(Measurement.from_dict(m) for m in data.get("finalists", ())),
             ceilings={k: Figures.from_dict(v) for k, v in (data.get("ceilings") or {}).items()},
+            baseline_ceilings={
+                k: Figures.from_dict(v) for k, v in (data.get("baseline_ceilings") or {}).items()
+            },
+            loader_limit=(
+                Measurement.from_dict(data["loader_limit"]) if data.get("loader_limit") else None
+            ),
             tolerance=data.get("tolerance", 0.0),
             confirmed=data.get("confirmed", True),
             workload=data.get("workload", {}),

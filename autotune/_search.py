@@ -15,11 +15,12 @@ import optuna
 import psutil
 
 from autotune._backends import ExplorePlan, get_backend
+from autotune._ceilings import Ceilings, measure_ceilings
 from autotune._choose import Candidate, cheapest_within, finalists
 from autotune._errors import ConfigError, SpaceError, StudyError, WorkloadError
 from autotune._machine import Machine, detect_machine
 from autotune._options import SearchOptions
-from autotune._probe import Failure, Figures, ProbeRequest, WorkloadSource, run_probe
+from autotune._probe import Failure, ProbeRequest, WorkloadSource, run_probe
 from autotune._progress import Progress, QuietProgress, format_rate
 from autotune._result import Measurement, SearchResult
 from autotune._settings import Settings
@@ -38,6 +39,8 @@ from autotune._study import (
 from autotune._workload import Workload, ensure_picklable, load_config
 
 _MEMORY_SHARE = 0.8
+_CEILING_PROBES = 5
+"""At most: compute and data of the winner and of the default loader, and the loader limit."""
 _WORKLOAD_IDENTITY = ("dataset_type", "dataset_length", "model_type", "parameters")
 
 
@@ -170,6 +173,9 @@ def run_search(
         + "; ".join(space.notes)
         + ")",
     )
+    # Later: the finalists and the default loader re-measured, then the ceilings.
+    later = options.finalists + 1 + (_CEILING_PROBES if options.ceilings else 0)
+    progress.plan("explore", options.trials, options.timeout, later=later)
     plan = ExplorePlan(
         study=study,
         space=space,
@@ -193,6 +199,9 @@ def run_search(
         "confirm",
         f"measuring {len(chosen)} finalist(s) and the default loader again, side by side",
     )
+    progress.plan(
+        "confirm", len(chosen) + 1, None, later=_CEILING_PROBES if options.ceilings else 0
+    )
     group = runner.measure(
         plan,
         [c.settings for c in chosen] + [baseline],
@@ -208,7 +217,11 @@ def run_search(
         progress.message("no finalist survived re-measuring; choosing from exploration figures")
         winner = _from_exploration(study, explored, options.tolerance)
 
-    ceilings = _ceilings(template, winner.settings, progress) if options.ceilings else {}
+    ceilings = (
+        measure_ceilings(template, winner.settings, baseline, machine.cpus, progress)
+        if options.ceilings
+        else Ceilings(winner={}, baseline={}, loader_limit=None)
+    )
     result = SearchResult(
         settings=winner.settings,
         figures=winner.figures,
@@ -216,7 +229,9 @@ def run_search(
         machine=machine,
         baseline=baseline_measured,
         finalists=tuple(confirmed),
-        ceilings=ceilings,
+        ceilings=ceilings.winner,
+        baseline_ceilings=ceilings.baseline,
+        loader_limit=ceilings.loader_limit,
         tolerance=options.tolerance,
         confirmed=bool(confirmed),
         workload=info,
@@ -300,18 +315,6 @@ def _from_exploration(
         if record.settings == pick.settings and record.figures is not None:
             return Measurement(settings=record.settings, figures=record.figures)
     raise WorkloadError("no measured config to choose from")  # unreachable: explored has one
-
-
-def _ceilings(template: ProbeRequest, settings: Settings, progress: Progress) -> dict[str, Figures]:
-    progress.phase("ceilings", "the model on batches in memory; the loader with no model")
-    ceilings: dict[str, Figures] = {}
-    for mode in ("compute", "data"):
-        result = run_probe(dataclasses.replace(template, settings=settings, mode=mode))
-        if result.failure is None:
-            ceilings[mode] = result.figures
-        else:
-            progress.message(f"{mode} ceiling not measured: {result.failure.message}")
-    return ceilings
 
 
 # --------------------------------------------------------------------- helpers

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
+from autotune._diagnosis import Diagnosis
 from autotune._progress import format_rate
 from autotune._result import SearchResult
 from autotune._study import TrialRecord
@@ -38,12 +39,16 @@ def result_lines(result: SearchResult) -> list[str]:
         )
         if result.speedup is not None:
             lines.append(f"speedup over the default: {result.speedup:.2f}x")
-    if result.ceilings:
-        parts = [f"{name} {format_rate(f.samples_per_s)}" for name, f in result.ceilings.items()]
-        line = "ceilings (samples/s): " + ", ".join(parts)
-        if result.ceiling:
-            line += f"; the best reaches {result.samples_per_s / result.ceiling:.0%} of the lower"
-        lines.append(line)
+    return lines
+
+
+def diagnosis_lines(diagnoses: Sequence[Diagnosis]) -> list[str]:
+    """Why each config waits (or does not), with the figures behind it."""
+    lines = []
+    for diagnosis in diagnoses:
+        lines.append(f"diagnosis of the {diagnosis.headline()}")
+        lines.extend(f"  {line}" for line in diagnosis.evidence)
+        lines.extend(f"  -> {line}" for line in diagnosis.advice)
     return lines
 
 

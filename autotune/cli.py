@@ -4,6 +4,7 @@
                            [--resume] [--debug]
     autotune show STUDY
     autotune export STUDY [-o settings.json]
+    autotune report STUDY [-o report.html] [--format html|md]
 
 A user's mistake is one line on stderr and exit code 2; ``--debug`` adds the
 traceback. Ctrl-C exits with 130 and keeps every finished trial.
@@ -51,7 +52,21 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("study", help="a study name or .db path")
     export.add_argument("-o", "--output", help="write to this file instead of stdout")
 
-    for sub in (search, show, export):
+    report = commands.add_parser(
+        "report", help="the diagnosis, plots and trials of a study as HTML or Markdown"
+    )
+    report.add_argument("study", help="a study name or .db path")
+    report.add_argument(
+        "-o",
+        "--output",
+        help="write to this file ('-' for stdout; default: the study's path with .html for "
+        "HTML, stdout for Markdown)",
+    )
+    report.add_argument(
+        "--format", choices=("html", "md"), default="html", help="html (with plots) or md"
+    )
+
+    for sub in (search, show, export, report):
         sub.add_argument("--debug", action="store_true", help="show tracebacks")
     return parser
 
@@ -63,6 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "search": _search,
         "show": _show,
         "export": _export,
+        "report": _report,
     }
     try:
         return handlers[args.command](args)
@@ -90,29 +106,33 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _search(args: argparse.Namespace) -> int:
-    from autotune._progress import LineProgress
+    from autotune._diagnosis import diagnose
+    from autotune._progress import make_progress
     from autotune._search import search
-    from autotune._show import code_lines, result_lines
+    from autotune._show import code_lines, diagnosis_lines, result_lines
 
-    result = search(
-        args.config,
-        progress=LineProgress(),
-        trials=args.trials,
-        timeout=args.timeout,
-        study=args.study,
-        seed=args.seed,
-        resume=args.resume or None,
-    )
+    with make_progress() as progress:
+        result = search(
+            args.config,
+            progress=progress,
+            trials=args.trials,
+            timeout=args.timeout,
+            study=args.study,
+            seed=args.seed,
+            resume=args.resume or None,
+        )
     print("\n".join(result_lines(result)))
-    print(f"study: {result.study_path}")
+    print("\n".join(diagnosis_lines(diagnose(result))))
+    print(f"study: {result.study_path}  (autotune report {result.study_path} for the plots)")
     print()
     print("\n".join(code_lines(result)))
     return 0
 
 
 def _show(args: argparse.Namespace) -> int:
+    from autotune._diagnosis import diagnose
     from autotune._load import result_of
-    from autotune._show import counts_line, result_lines, trials_table
+    from autotune._show import counts_line, diagnosis_lines, result_lines, trials_table
     from autotune._study import open_study, records, resolve
 
     path, name = resolve(args.study, Path(args.study).stem)
@@ -120,7 +140,9 @@ def _show(args: argparse.Namespace) -> int:
     trials = records(study)
     print(f"study {study.study_name!r} in {path}: {counts_line(trials)}")
     try:
-        print("\n".join(result_lines(result_of(study, path=path))))
+        result = result_of(study, path=path)
+        print("\n".join(result_lines(result)))
+        print("\n".join(diagnosis_lines(diagnose(result))))
     except AutotuneError as error:
         print(f"no settings chosen yet: {error}")
     print()
@@ -140,6 +162,22 @@ def _export(args: argparse.Namespace) -> int:
         print(f"wrote {args.output}", file=sys.stderr)
     else:
         print(text)
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from autotune._report import report
+    from autotune._study import resolve
+
+    output = args.output
+    if output is None and args.format == "html":
+        path, _ = resolve(args.study, Path(args.study).stem)
+        output = str(path.with_suffix(".html"))
+    if output is None or output == "-":
+        sys.stdout.write(report(args.study, format=args.format))
+        return 0
+    report(args.study, output, format=args.format)
+    print(f"wrote {output}", file=sys.stderr)
     return 0
 
 

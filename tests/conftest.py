@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import os
 import sys
 import textwrap
@@ -75,3 +77,33 @@ def quick(**overrides: object) -> dict[str, object]:
 
 
 os.environ.setdefault("PYTHONHASHSEED", "0")
+
+
+@dataclasses.dataclass(frozen=True)
+class SmallStudy:
+    """A real study of a tiny search with every ceiling measured, and its progress lines."""
+
+    path: Path
+    progress: str
+
+
+@pytest.fixture(scope="session")
+def small_study(tmp_path_factory: pytest.TempPathFactory) -> SmallStudy:
+    """One tiny real search (I/O-bound items, so workers help), shared by report and
+    progress tests; read it, do not change it."""
+    import workloads
+
+    import autotune
+
+    path = tmp_path_factory.mktemp("small_study") / "small.db"
+    stream = io.StringIO()
+    autotune.search(
+        dataset=workloads.sleepy_dataset,
+        model=workloads.linear_model,
+        batch_size=8,
+        name="small",
+        space={"num_workers": [0, 1, 2], "threads": 1, "batch_size": [8, 16]},
+        progress=autotune.LineProgress(stream),
+        **quick(trials=6, seed=0, study=str(path), ceilings=True),
+    )
+    return SmallStudy(path=path, progress=stream.getvalue())

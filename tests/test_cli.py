@@ -49,6 +49,7 @@ def test_search_show_export_and_resume(capsys, write_config, workdir) -> None:
     assert out.startswith("best: workers=")
     assert "default DataLoader (num_workers=0, batch_size=8)" in out
     assert "speedup over the default" in out
+    assert "diagnosis of the best: " in out and "diagnosis of the default loader: " in out
     assert "torch.utils.data.DataLoader(" in out
     assert "preflight:" in err and "trial #0" in err
     assert (workdir / "studies" / "good.db").exists()

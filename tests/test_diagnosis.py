@@ -1,0 +1,205 @@
+"""The diagnosis rules, on figures with known shares and ceilings."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune import Machine, Measurement, SearchResult, Settings, diagnose
+from autotune._diagnosis import diagnose_config
+from autotune._probe import Figures, Window
+
+FOUR_WORKERS = Settings(batch_size=32, num_workers=4, prefetch_factor=2, persistent_workers=True)
+NO_WORKERS = Settings(batch_size=32)
+
+
+def figures(rate: float, wait: float = 0.0, *, windows: int = 3, startup: float = 0.1) -> Figures:
+    """Figures of ``rate`` samples/s, waiting ``wait`` of each one-second window."""
+    return Figures(
+        windows=tuple(
+            Window(
+                index=i,
+                seconds=1.0,
+                samples=int(rate),
+                fresh=int(rate),
+                steps=int(rate) // 32,
+                wait_seconds=wait,
+            )
+            for i in range(windows)
+        ),
+        startup_s=startup,
+    )
+
+
+def at(settings: Settings, rate: float, wait: float = 0.0, **kwargs: float) -> Measurement:
+    return Measurement(settings=settings, figures=figures(rate, wait, **kwargs))
+
+
+def limit(rate: float, workers: int = 8) -> Measurement:
+    settings = Settings(
+        batch_size=32, num_workers=workers, prefetch_factor=2, persistent_workers=True
+    )
+    return at(settings, rate)
+
+
+def test_decode_bound_even_with_all_cores_says_no_loader_setting_helps() -> None:
+    diagnosis = diagnose_config(
+        "best",
+        at(FOUR_WORKERS, 900, wait=0.55),
+        compute=figures(4000),
+        data=figures(950),
+        loader_limit=limit(1000),
+        cpus=2,
+    )
+    assert diagnosis.verdict == "data-bound"
+    assert diagnosis.wait_share == pytest.approx(0.55)
+    assert diagnosis.bound_by == "data"
+    assert diagnosis.ceiling == pytest.approx(950)
+    assert diagnosis.of_ceiling == pytest.approx(900 / 950)
+    (advice,) = diagnosis.advice
+    assert "whatever the loader's settings" in advice
+    assert "with 8 workers on 2 CPUs, it delivers 1,000 samples/s" in advice
+    assert "the model could train 4,000" in advice
+    assert "preprocess offline, cache decoded data" in advice and "echo batches" in advice
+    assert "compute ceiling (the model on batches already in memory): 4,000 samples/s" in (
+        diagnosis.evidence
+    )
+    assert "the loader alone with 8 workers: 1,000 samples/s" in diagnosis.evidence
+    headline = diagnosis.headline()
+    assert headline.startswith("best: data-bound, 900 samples/s, waiting for data 55%")
+    assert "95% of min(ceilings) = 950 samples/s, the data ceiling" in headline
+
+
+def test_compute_bound_at_its_ceiling_says_the_loader_keeps_up() -> None:
+    diagnosis = diagnose_config(
+        "best",
+        at(FOUR_WORKERS, 3800, wait=0.02),
+        compute=figures(4000),
+        data=figures(9000),
+        loader_limit=limit(12000),
+    )
+    assert diagnosis.verdict == "compute-bound"
+    assert diagnosis.bound_by == "compute"
+    assert diagnosis.of_ceiling == pytest.approx(0.95)
+    (advice,) = diagnosis.advice
+    assert advice.startswith("the loader keeps up: the model trains at 95% of its compute")
+    assert "AMP" in advice
+
+
+def test_the_default_loader_loads_between_steps() -> None:
+    diagnosis = diagnose_config(
+        "default loader",
+        at(NO_WORKERS, 600, wait=0.6),
+        compute=figures(1500),
+        data=figures(1000),
+        loader_limit=limit(5000),
+    )
+    assert diagnosis.verdict == "data-bound"
+    assert diagnosis.advice == (
+        "loading happens in the training process (num_workers=0), one batch after the other "
+        "between steps: worker processes load the next batches while the model trains.",
+    )
+
+
+def test_more_workers_help_when_the_loader_alone_is_faster_with_them() -> None:
+    diagnosis = diagnose_config(
+        "best",
+        at(Settings(batch_size=32, num_workers=2, prefetch_factor=2), 800, wait=0.5),
+        compute=figures(20000),
+        data=figures(850),
+        loader_limit=limit(2550),
+    )
+    first, second = diagnosis.advice
+    assert first.startswith("more workers would help: the loader alone with 8 workers")
+    assert "3.0x this loader's 850 with 2" in first
+    assert '"num_workers": {"low": 0, "high": 8}' in first
+    assert "whatever the loader's settings" in second
+
+
+def test_workers_taking_the_cpu_from_the_training() -> None:
+    diagnosis = diagnose_config(
+        "best",
+        at(FOUR_WORKERS, 1000, wait=0.05),
+        compute=figures(2500),
+        data=figures(6000),
+        cpus=4,
+    )
+    assert diagnosis.verdict == "compute-bound"
+    (advice,) = diagnosis.advice
+    assert "runs at 40% of its compute ceiling (2,500 samples/s)" in advice
+    assert "4 worker(s) take CPU time from the training on 4 CPUs" in advice
+
+
+def test_echo_multiplies_what_the_loader_alone_feeds() -> None:
+    echoed = Settings(batch_size=32, num_workers=4, prefetch_factor=2, echo=2)
+    diagnosis = diagnose_config("best", at(echoed, 1800), compute=figures(4000), data=figures(1000))
+    assert diagnosis.data_ceiling == pytest.approx(2000)
+    assert diagnosis.of_ceiling == pytest.approx(0.9)
+
+
+def test_without_ceilings_the_verdict_rests_on_the_wait_share() -> None:
+    diagnosis = diagnose_config("best", at(FOUR_WORKERS, 500, wait=0.4))
+    assert diagnosis.verdict == "data-bound"
+    assert diagnosis.ceiling is None and diagnosis.of_ceiling is None
+    assert diagnosis.evidence == ()
+    assert any("ceilings were not measured" in a for a in diagnosis.advice)
+    assert "min(ceilings)" not in diagnosis.headline()
+
+
+@pytest.mark.parametrize(
+    ("settings", "startup", "expected"),
+    [
+        (Settings(batch_size=32, num_workers=4, prefetch_factor=2), 2.5, True),
+        (FOUR_WORKERS, 2.5, False),  # persistent already
+        (Settings(batch_size=32, num_workers=4, prefetch_factor=2), 0.2, False),
+    ],
+)
+def test_slow_worker_start_up_suggests_persistent_workers(settings, startup, expected) -> None:
+    diagnosis = diagnose_config("best", at(settings, 1000, wait=0.01, startup=startup))
+    said = any("persistent_workers=True pays that once" in a for a in diagnosis.advice)
+    assert said is expected
+
+
+def test_noisy_windows_are_flagged() -> None:
+    noisy = Figures(
+        windows=tuple(
+            Window(index=i, seconds=1.0, samples=s, fresh=s, steps=10, wait_seconds=0.0)
+            for i, s in enumerate((500, 1000, 1500))
+        )
+    )
+    diagnosis = diagnose_config("best", Measurement(settings=FOUR_WORKERS, figures=noisy))
+    assert any(a.startswith("its windows vary by 50%") for a in diagnosis.advice)
+
+
+def test_a_results_diagnoses_survive_its_json_round_trip() -> None:
+    machine = Machine(cpus=2, cpu_model="x", memory_bytes=2**30, shm_bytes=None, accelerator="cpu")
+    result = SearchResult(
+        settings=FOUR_WORKERS,
+        figures=figures(900, wait=0.5),
+        device="cpu",
+        machine=machine,
+        baseline=at(NO_WORKERS, 300, wait=0.6),
+        ceilings={"compute": figures(4000), "data": figures(950)},
+        baseline_ceilings={"compute": figures(3000), "data": figures(500)},
+        loader_limit=limit(1000),
+    )
+    again = SearchResult.from_dict(result.to_dict())
+    assert again.baseline_ceilings.keys() == {"compute", "data"}
+    assert again.loader_limit is not None and again.loader_limit.settings.num_workers == 8
+    best, default = diagnose(again)
+    assert (best.subject, default.subject) == ("best", "default loader")
+    assert best.compute_ceiling == pytest.approx(4000)
+    assert default.compute_ceiling == pytest.approx(3000)
+    assert default.data_ceiling == pytest.approx(500)
+    assert default.loader_limit == pytest.approx(1000)
+    assert [d.headline() for d in diagnose(result)] == [best.headline(), default.headline()]
+
+
+def test_a_figure_above_its_ceiling_blames_a_changing_load() -> None:
+    diagnosis = diagnose_config(
+        "default loader", at(NO_WORKERS, 184, wait=0.27), compute=figures(108), data=figures(595)
+    )
+    assert diagnosis.of_ceiling == pytest.approx(184 / 108)
+    assert any(
+        a.startswith("it measured 170% of a ceiling it cannot beat (108 samples/s)")
+        for a in diagnosis.advice
+    )
