@@ -47,7 +47,7 @@ class Slot:
             device=self.device,
             cpus=self.cpus,
             env=tuple(env.items()),
-            monitor_gpus=(self.gpu.uuid,) if self.gpu and self.gpu.uuid else (),
+            monitor_gpus=(self.gpu.pin,) if self.gpu else (),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -97,7 +97,8 @@ class Placement:
         return tuple(slots)
 
     def ddp_request(self, template: ProbeRequest, kwargs: dict[str, Any]) -> ProbeRequest:
-        """A DDP probe of ``template``'s settings across every rank."""
+        """A DDP probe of ``template``'s settings across every rank (its memory limit is
+        the template's, one trial's, times the ranks)."""
         env = dict(template.env)
         if self.gpus:
             env[_VISIBLE] = ",".join(g.pin for g in self.gpus)
@@ -105,13 +106,15 @@ class Placement:
             RankPlace(device=f"cuda:{rank}" if self.gpus else "cpu", cpus=cpus)
             for rank, cpus in enumerate(self.cpu_sets)
         )
+        limit = template.memory_limit
         return dataclasses.replace(
             template,
             mode="ddp",
+            memory_limit=limit * self.ranks if limit is not None else None,
             device=self.device_type,
             cpus=tuple(c for cpus in self.cpu_sets for c in cpus),
             env=tuple(env.items()),
-            monitor_gpus=tuple(g.uuid for g in self.gpus if g.uuid),
+            monitor_gpus=tuple(g.pin for g in self.gpus),
             ddp=DdpSpec(backend=self.backend, ranks=ranks, kwargs=tuple(sorted(kwargs.items()))),
         )
 

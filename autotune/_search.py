@@ -173,7 +173,8 @@ def run_search(
         max_windows=options.max_windows,
         warmup_seconds=options.warmup_seconds,
         stall_timeout=options.trial_timeout,
-        memory_limit=options.memory_limit or _default_memory_limit(),
+        # Trials run side by side, one per rank's slot: each gets its share of the RAM.
+        memory_limit=options.memory_limit or _default_memory_limit() // placement.ranks,
         seed=options.seed or 0,
     )
     slots = placement.slots()

@@ -6,6 +6,10 @@ from __future__ import annotations
 import itertools
 import json
 import pickle
+import signal
+import subprocess
+import sys
+import time
 
 import optuna
 import pytest
@@ -119,6 +123,28 @@ def test_unused_parameters_are_found_and_the_probe_runs_again() -> None:
     assert ddp.scaling_efficiency == pytest.approx(ddp.samples_per_s / (2 * 400))
 
 
+def test_with_ddp_finalists_the_ddp_figures_choose() -> None:
+    one_rank = figures(100)
+    cheap = Measurement(settings=Settings(batch_size=8, threads=1), figures=one_rank)
+    workers = Settings(batch_size=8, num_workers=2, prefetch_factor=2, threads=1)
+    fast = Measurement(settings=workers, figures=one_rank)
+    chosen, ddp = run_ddp_stage(
+        placement=TWO_CPU_RANKS,
+        template=template(workloads.SleepyDataset(delay=0.005)),
+        winner=cheap,  # equally fast on one rank; as DDP, workers waiting on I/O win
+        finalists=[cheap, fast],
+        info={"buffers": 0, "gradient_bytes": 1000},
+        options=SearchOptions(ddp_knobs=False, ddp_finalists=True),
+        progress=QuietProgress(),
+        user_batch_size=8,
+    )
+    assert [m.role for m in ddp.measurements] == ["winner", "finalist"]
+    slow, quick_ = (m.samples_per_s for m in ddp.measurements)
+    assert quick_ > 1.5 * slow
+    assert chosen == fast and ddp.settings == workers
+    assert ddp.figures == ddp.measurements[1].figures
+
+
 @pytest.fixture(scope="module")
 def ddp_search(tmp_path_factory):
     """One search for 2 CPU ranks (1 CPU each), DDP keywords tuned."""
@@ -230,6 +256,34 @@ def test_the_cli_refuses_a_gpu_that_is_not_there(write_config, capsys) -> None:
     assert error.startswith("autotune: error: config ")
     assert "GPU 0 is not visible: no GPU is visible" in error
     assert len(error.splitlines()) == 1
+
+
+def test_ctrl_c_stops_trials_running_in_parallel_and_keeps_them(write_config, workdir) -> None:
+    config = write_config(
+        """
+        import workloads
+        dataset = workloads.sleepy_dataset
+        model = workloads.linear_model
+        space = {"num_workers": [0, 1], "batch_size": 8}
+        search = {"window_seconds": 0.2, "max_windows": 100, "warmup_seconds": 0.05,
+                  "trials": 4, "ceilings": False}
+        """
+    )
+    command = [sys.executable, "-m", "autotune", "search", str(config), "--ranks", "2"]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, cwd=workdir)
+    assert process.stderr is not None
+    for line in process.stderr:  # the trials (20 s each unless stopped) have started
+        if "explore:" in line:
+            break
+    time.sleep(2.0)
+    interrupted_at = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=30) == 130
+    assert time.monotonic() - interrupted_at < 10  # not the 20 s the trials would take
+    study = optuna.load_study(study_name="config", storage="sqlite:///studies/config.db")
+    failures = [t.user_attrs.get("autotune.failure") or {} for t in study.trials]
+    assert [f.get("kind") for f in failures].count("interrupted") == 2
+    assert all(t.state != optuna.trial.TrialState.RUNNING for t in study.trials)
 
 
 # --------------------------------------------------------------------- pure rules

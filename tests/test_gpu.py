@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import fake_nvml
 import pytest
 from fake_nvml import FakeGpu
 
 from autotune import ConfigError, SearchOptions
-from autotune._gpu import discover, load_nvml, select
+from autotune._gpu import Gpu, discover, load_nvml, select
 from autotune._machine import detect_machine
-from autotune._placement import SlotPool, plan_placement
+from autotune._placement import Slot, SlotPool, plan_placement
 from autotune._probe import ProbeRequest, WorkloadSource
 from autotune._settings import Settings
 from autotune._space import build_space
@@ -119,7 +121,10 @@ def test_each_gpu_rank_gets_its_gpu_and_a_disjoint_cpu_share(two_gpus) -> None:
     assert [p.monitor_gpus for p in pinned] == [(UUID_A,), (UUID_B,)]
     assert pinned[0].cpus == tuple(range(8)) and pinned[1].cpus == tuple(range(8, 16))
 
-    ddp = placement.ddp_request(request(), {"static_graph": True})
+    ddp = placement.ddp_request(
+        dataclasses.replace(request(), memory_limit=2**30), {"static_graph": True}
+    )
+    assert ddp.memory_limit == 2 * 2**30  # one trial's limit, for each rank
     assert ddp.mode == "ddp" and ddp.ddp is not None
     assert dict(ddp.env)["CUDA_VISIBLE_DEVICES"] == f"{UUID_A},{UUID_B}"
     assert [r.device for r in ddp.ddp.ranks] == ["cuda:0", "cuda:1"]
@@ -141,6 +146,15 @@ def test_one_selected_gpu_is_one_rank_with_every_cpu(two_gpus) -> None:
         device="cuda:1", gpus=None, ranks=None, discovery=discover(), cpus=range(4), usable=4
     )
     assert [g.uuid for g in by_device.gpus] == [UUID_B]
+
+
+def test_a_gpu_nvml_cannot_name_is_pinned_by_its_cuda_number() -> None:
+    # NVML missing, PyTorch seeing GPUs: the probe's GPU is known by its CUDA number only,
+    # and the monitor is asked for it (and will say that NVML is unavailable).
+    slot = Slot(index=0, device="cuda:0", cpus=None, gpu=Gpu(ordinal=0, token="3", name="x"))
+    pinned = slot.apply(request())
+    assert dict(pinned.env)["CUDA_VISIBLE_DEVICES"] == "3"
+    assert pinned.monitor_gpus == ("3",)
 
 
 def test_cpu_ranks_split_the_cpus_this_process_may_use(two_gpus) -> None:

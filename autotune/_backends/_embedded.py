@@ -99,6 +99,9 @@ def _interrupts(objective: Objective) -> Iterator[None]:
         yield
         return
     previous = signal.getsignal(signal.SIGINT)
+    if previous == signal.SIG_IGN:
+        yield
+        return
 
     def handler(signum: int, frame: FrameType | None) -> None:
         objective.interrupted.set()

@@ -83,7 +83,8 @@ class ProbeRequest:
     """How the probe's DataLoader starts workers: the search's own default (what the user's
     training gets), not the fork server the probe itself came from."""
     monitor_gpus: tuple[str, ...] = ()
-    """NVML UUIDs of the GPUs the probe trains on, for the search's monitor; empty on CPU."""
+    """The GPUs the probe trains on (NVML UUIDs where known), for the search's monitor;
+    empty on CPU."""
     ddp: DdpSpec | None = None
     """The ranks and DDP settings of a "ddp" probe."""
 
