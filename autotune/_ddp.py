@@ -83,6 +83,13 @@ def knob_grid(info: dict[str, Any]) -> tuple[list[tuple[str, tuple[Any, ...]]], 
     return grid, notes
 
 
+def planned_probes(info: dict[str, Any], options: SearchOptions, finalists: int) -> int:
+    """DDP probes the stage will run (one more if the model turns out to have unused
+    parameters)."""
+    knobs = sum(len(values) for _, values in knob_grid(info)[0]) if options.ddp_knobs else 0
+    return (max(1, finalists) if options.ddp_finalists else 1) + knobs
+
+
 def keep_default_unless_faster(
     default: Any,
     base: Figures,
@@ -327,9 +334,11 @@ def run_ddp_stage(
     options: SearchOptions,
     progress: Progress,
     user_batch_size: int,
+    later: int = 0,
 ) -> tuple[Measurement, DdpResult]:
     """DDP-probe the winner (or every finalist), tune the DDP keywords, and return the
-    winner (another finalist when DDP figures chose it) with the ``ddp`` section."""
+    winner (another finalist when DDP figures chose it) with the ``ddp`` section;
+    ``later`` probes follow the stage (for the progress estimate)."""
     probe = _Prober(placement, template, progress)
     buffers = bool(info.get("buffers"))
     base = default_kwargs(buffers)
@@ -341,6 +350,7 @@ def run_ddp_stage(
         "ddp",
         f"{len(contenders)} config(s) as DDP across {placement.describe()} ({placement.backend})",
     )
+    progress.plan("ddp", planned_probes(info, options, len(contenders)), None, later=later)
     runs: dict[str, DdpMeasurement] = {}
     for contender in contenders:
         role = "winner" if contender.settings == winner.settings else "finalist"

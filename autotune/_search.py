@@ -18,7 +18,7 @@ import psutil
 from autotune._backends import ExplorePlan, get_backend
 from autotune._ceilings import Ceilings, measure_ceilings
 from autotune._choose import Candidate, cheapest_within, finalists
-from autotune._ddp import DdpResult, run_ddp_stage
+from autotune._ddp import DdpResult, planned_probes, run_ddp_stage
 from autotune._errors import ConfigError, SpaceError, StudyError, WorkloadError
 from autotune._gpu import discover
 from autotune._machine import Machine, detect_machine, usable_cpus
@@ -194,8 +194,10 @@ def run_search(
         + "; ".join(space.notes)
         + ")",
     )
-    # Later: the finalists and the default loader re-measured, then the ceilings.
-    later = options.finalists + 1 + (_CEILING_PROBES if options.ceilings else 0)
+    # Later: the finalists and the default loader re-measured, the DDP probes, the ceilings.
+    ceiling_probes = _CEILING_PROBES if options.ceilings else 0
+    ddp_probes = planned_probes(info, options, options.finalists) if placement.ranks > 1 else 0
+    later = options.finalists + 1 + ddp_probes + ceiling_probes
     progress.plan("explore", options.trials, options.timeout, later=later)
     plan = ExplorePlan(
         study=study,
@@ -221,9 +223,7 @@ def run_search(
         "confirm",
         f"measuring {len(chosen)} finalist(s) and the default loader again, side by side",
     )
-    progress.plan(
-        "confirm", len(chosen) + 1, None, later=_CEILING_PROBES if options.ceilings else 0
-    )
+    progress.plan("confirm", len(chosen) + 1, None, later=ddp_probes + ceiling_probes)
     group = runner.measure(
         plan,
         [c.settings for c in chosen] + [baseline],
@@ -250,6 +250,7 @@ def run_search(
             options=options,
             progress=progress,
             user_batch_size=workload.batch_size,
+            later=ceiling_probes,
         )
     ceilings = (
         measure_ceilings(single, winner.settings, baseline, placement.rank_cpus, progress)
