@@ -145,7 +145,7 @@ def run_probe(request: ProbeRequest, *, on_window: OnWindow | None = None) -> Pr
     control_child.close()
     watch = TreeWatch(process.pid, limit=request.memory_limit)
     monitor = Monitor(gpus=request.monitor_gpus, cores=request.cpus)
-    span: list[float] = []  # when the measuring windows began and when the last one ended
+    span: list[float] = []  # [when the first window began, when the last one ended]
 
     windows: list[Window] = []
     startup: float | None = None
@@ -168,9 +168,8 @@ def run_probe(request: ProbeRequest, *, on_window: OnWindow | None = None) -> Pr
                     startup = float(payload["startup_s"])
                 elif kind == "window":
                     windows.append(payload)
-                    span[1:] = [time.monotonic()]
-                    if len(windows) == 1:
-                        span.insert(0, span[0] - payload.seconds)
+                    now = time.monotonic()
+                    span[:] = [span[0] if span else now - payload.seconds, now]
                     if not stopped and on_window is not None and not on_window(payload, windows):
                         stopped = True
                         _send_stop(control)
