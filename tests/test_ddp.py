@@ -126,11 +126,11 @@ def test_unused_parameters_are_found_and_the_probe_runs_again() -> None:
 def test_with_ddp_finalists_the_ddp_figures_choose() -> None:
     one_rank = figures(100)
     cheap = Measurement(settings=Settings(batch_size=8, threads=1), figures=one_rank)
-    workers = Settings(batch_size=8, num_workers=2, prefetch_factor=2, threads=1)
+    workers = Settings(batch_size=8, num_workers=4, prefetch_factor=2, threads=1)
     fast = Measurement(settings=workers, figures=one_rank)
     chosen, ddp = run_ddp_stage(
         placement=TWO_CPU_RANKS,
-        template=template(workloads.SleepyDataset(delay=0.005)),
+        template=template(workloads.SleepyDataset(delay=0.01)),
         winner=cheap,  # equally fast on one rank; as DDP, workers waiting on I/O win
         finalists=[cheap, fast],
         info={"buffers": 0, "gradient_bytes": 1000},
