@@ -265,24 +265,34 @@ def test_ctrl_c_stops_trials_running_in_parallel_and_keeps_them(write_config, wo
         dataset = workloads.sleepy_dataset
         model = workloads.linear_model
         space = {"num_workers": [0, 1], "batch_size": 8}
-        search = {"window_seconds": 0.2, "max_windows": 100, "warmup_seconds": 0.05,
+        search = {"window_seconds": 0.2, "max_windows": 100, "min_windows": 100,
+                  "warmup_seconds": 0.05,
                   "trials": 4, "ceilings": False}
         """
     )
     command = [sys.executable, "-m", "autotune", "search", str(config), "--ranks", "2"]
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, cwd=workdir)
-    assert process.stderr is not None
-    for line in process.stderr:  # the trials (20 s each unless stopped) have started
-        if "explore:" in line:
-            break
-    time.sleep(2.0)
-    interrupted_at = time.monotonic()
-    process.send_signal(signal.SIGINT)
-    assert process.wait(timeout=30) == 130
-    assert time.monotonic() - interrupted_at < 10  # not the 20 s the trials would take
-    study = optuna.load_study(study_name="config", storage="sqlite:///studies/config.db")
+    log = workdir / "stderr.txt"
+    with log.open("w") as stderr:
+        process = subprocess.Popen(command, stderr=stderr, cwd=workdir)
+        storage = "sqlite:///studies/config.db"
+        deadline = time.monotonic() + 120
+        running: list[optuna.trial.FrozenTrial] = []
+        while len(running) < 2:  # until two trials (20 s of windows each) are measuring
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.5)
+            assert process.poll() is None, log.read_text()
+            try:
+                trials = optuna.load_study(study_name="config", storage=storage).trials
+            except Exception:  # the study is not created yet
+                continue
+            running = [t for t in trials if t.state.name == "RUNNING" and t.intermediate_values]
+        interrupted_at = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == 130, log.read_text()
+    assert time.monotonic() - interrupted_at < 15, log.read_text()  # not the 20 s of windows
+    study = optuna.load_study(study_name="config", storage=storage)
     failures = [t.user_attrs.get("autotune.failure") or {} for t in study.trials]
-    assert [f.get("kind") for f in failures].count("interrupted") == 2
+    assert [f.get("kind") for f in failures].count("interrupted") == 2, log.read_text()
     assert all(t.state != optuna.trial.TrialState.RUNNING for t in study.trials)
 
 
