@@ -9,6 +9,7 @@
     autotune.report("studies/quickstart.db", "report.html")   # diagnosis, plots, trials
 """
 
+from autotune._ddp import DdpMeasurement, DdpResult
 from autotune._diagnosis import Diagnosis, diagnose
 from autotune._errors import (
     AutotuneError,
@@ -35,6 +36,8 @@ __version__ = "0.1.0"
 __all__ = [
     "AutotuneError",
     "ConfigError",
+    "DdpMeasurement",
+    "DdpResult",
     "Diagnosis",
     "EchoLoader",
     "FingerprintWarning",

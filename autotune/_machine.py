@@ -18,6 +18,8 @@ from typing import Any
 import psutil
 import torch
 
+from autotune._gpu import Discovery, discover
+
 _CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
 
 
@@ -36,11 +38,11 @@ class Machine:
     accelerator: str
     """The device type probes train on: "cuda" or "cpu"."""
     gpus: tuple[str, ...] = ()
-    """Model names of the visible GPUs."""
+    """Model names of the visible GPUs (CUDA_VISIBLE_DEVICES applied)."""
     cpu_bf16: bool = False
     """Whether the CPU computes bf16 natively (AVX512-BF16 or AMX)."""
     gpu_bf16: bool = False
-    """Whether the GPUs compute bf16."""
+    """Whether every visible GPU computes bf16 natively (compute capability 8.0 and up)."""
     torch_version: str = ""
     python_version: str = ""
     hostname: str = ""
@@ -122,20 +124,18 @@ def _shm_bytes() -> int | None:
         return None
 
 
-def detect_machine(device: str | None = None) -> Machine:
+def detect_machine(device: str | None = None, *, discovery: Discovery | None = None) -> Machine:
     """Read the fingerprint of this machine.
 
     Args:
         device: the device type probes will use ("cuda" or "cpu"); None picks
             "cuda" when a GPU is visible, else "cpu".
+        discovery: the visible GPUs, when already read (NVML, without a CUDA context).
     """
-    has_cuda = torch.cuda.is_available()
-    accelerator = device.split(":")[0] if device else ("cuda" if has_cuda else "cpu")
-    gpus: tuple[str, ...] = ()
-    gpu_bf16 = False
-    if has_cuda:
-        gpus = tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
-        gpu_bf16 = bool(torch.cuda.is_bf16_supported())
+    found = discovery if discovery is not None else discover()
+    accelerator = device.split(":")[0] if device else ("cuda" if found.gpus else "cpu")
+    gpus = tuple(g.name for g in found.gpus)
+    gpu_bf16 = bool(found.gpus) and all(g.bf16 for g in found.gpus)
     return Machine(
         cpus=usable_cpus(),
         cpu_model=_cpu_model(),

@@ -47,6 +47,15 @@ class SearchOptions:
     ceilings: bool = True
     """Measure the compute and data ceilings of the winner and of the default loader, and
     the loader alone with the most workers (what the diagnosis compares them with)."""
+    gpus: str | int | list[int] | None = None
+    """Which visible GPUs: "all" (None), "none" (CPU), or numbers such as "0,1" (cuda:N)."""
+    ranks: int | None = None
+    """DDP ranks on this node: one per selected GPU; on CPU, how many (default 1)."""
+    ddp_finalists: bool = False
+    """With several ranks, DDP-probe every finalist and choose by aggregate throughput
+    (default: DDP-probe the winner only)."""
+    ddp_knobs: bool = True
+    """With several ranks, tune the DDP keywords that matter for the model, measured."""
 
     def __post_init__(self) -> None:
         positive = {
@@ -75,6 +84,13 @@ class SearchOptions:
                 f"search option min_windows ({self.min_windows}) exceeds max_windows "
                 f"({self.max_windows})."
             )
+        if self.ranks is not None and (
+            isinstance(self.ranks, bool) or not isinstance(self.ranks, int) or self.ranks < 1
+        ):
+            raise ConfigError(f"search option ranks is {self.ranks!r}; expected an integer >= 1.")
+        from autotune._gpu import parse_spec
+
+        parse_spec(self.gpus)
         if self.warmup_seconds < 0:
             raise ConfigError(
                 f"search option warmup_seconds is {self.warmup_seconds}; expected >= 0."

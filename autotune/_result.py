@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from autotune._ddp import DdpResult
 from autotune._errors import ConfigError, StudyError
 from autotune._machine import Machine
 from autotune._probe import Figures
@@ -75,6 +76,9 @@ class SearchResult:
         default=None, compare=False, repr=False
     )
     """The workload's collate_fn, when the result comes from a search in this process."""
+    ddp: DdpResult | None = None
+    """With several ranks: the DDP settings (world size, batches, DDP keywords, torchrun
+    line) and what the DDP probes measured; ``settings`` are then per rank."""
 
     # ----------------------------------------------------------------- figures
     @property
@@ -117,7 +121,10 @@ class SearchResult:
         return self.settings.loader(dataset, **overrides)
 
     def to_code(self, dataset: str = "dataset") -> str:
-        """Python source that builds the tuned loader."""
+        """Python source that builds the tuned loader (per rank, with DDP, when tuned for
+        several ranks)."""
+        if self.ddp is not None:
+            return self.ddp.to_code(dataset=dataset)
         return self.settings.to_code(dataset=dataset, device=self.device)
 
     # ----------------------------------------------------------------- as data
@@ -140,6 +147,7 @@ class SearchResult:
             "machine": self.machine.to_dict(),
             "workload": self.workload,
             "study": {"path": self.study_path, "name": self.study_name},
+            "ddp": self.ddp.to_dict() if self.ddp else None,
         }
 
     @classmethod
@@ -171,6 +179,7 @@ class SearchResult:
             workload=data.get("workload", {}),
             study_path=study.get("path"),
             study_name=study.get("name"),
+            ddp=DdpResult.from_dict(data["ddp"]) if data.get("ddp") else None,
         )
 
     @classmethod

@@ -6,6 +6,7 @@ Workload -> Space -> Backend (probes, pruned by ASHA) -> Study -> SearchResult
 from __future__ import annotations
 
 import dataclasses
+import os
 import pickle
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -17,9 +18,12 @@ import psutil
 from autotune._backends import ExplorePlan, get_backend
 from autotune._ceilings import Ceilings, measure_ceilings
 from autotune._choose import Candidate, cheapest_within, finalists
+from autotune._ddp import DdpResult, planned_probes, run_ddp_stage
 from autotune._errors import ConfigError, SpaceError, StudyError, WorkloadError
-from autotune._machine import Machine, detect_machine
+from autotune._gpu import discover
+from autotune._machine import Machine, detect_machine, usable_cpus
 from autotune._options import SearchOptions
+from autotune._placement import Placement, plan_placement
 from autotune._probe import Failure, ProbeRequest, WorkloadSource, run_probe
 from autotune._progress import Progress, QuietProgress, format_rate
 from autotune._result import Measurement, SearchResult
@@ -42,6 +46,7 @@ _MEMORY_SHARE = 0.8
 _CEILING_PROBES = 5
 """At most: compute and data of the winner and of the default loader, and the loader limit."""
 _WORKLOAD_IDENTITY = ("dataset_type", "dataset_length", "model_type", "parameters")
+_PLACEMENT_IDENTITY = ("device_type", "ranks", "rank_cpus", "gpus")
 
 
 def search(
@@ -138,10 +143,22 @@ def run_search(
 ) -> SearchResult:
     """Run every stage of a search for an already-validated workload."""
     runner = get_backend(backend)
-    machine = detect_machine(workload.device)
-    device = workload.device or machine.accelerator
+    discovery = discover()
     try:
-        space = build_space(user_space, machine, workload.batch_size)
+        placement = plan_placement(
+            device=workload.device,
+            gpus=options.gpus,
+            ranks=options.ranks,
+            discovery=discovery,
+            cpus=_affinity(),
+            usable=usable_cpus(),
+        )
+    except ConfigError as error:
+        raise ConfigError(f"{workload.origin()}: {error}") from None
+    machine = detect_machine(placement.device or placement.device_type, discovery=discovery)
+    device = workload.device or placement.device_type
+    try:
+        space = build_space(user_space, machine, workload.batch_size, rank_cpus=placement.rank_cpus)
     except SpaceError as error:
         raise SpaceError(f"{workload.origin()}: {error}") from None
     path, study_name = resolve(options.study, workload.name)
@@ -156,33 +173,40 @@ def run_search(
         max_windows=options.max_windows,
         warmup_seconds=options.warmup_seconds,
         stall_timeout=options.trial_timeout,
-        memory_limit=options.memory_limit or _default_memory_limit(),
+        # Trials run side by side, one per rank's slot: each gets its share of the RAM.
+        memory_limit=options.memory_limit or _default_memory_limit() // placement.ranks,
         seed=options.seed or 0,
     )
+    slots = placement.slots()
+    single = slots[0].apply(template)  # one rank's share of the node
     study = open_study(path, study_name, create=True)
     meta = read_meta(study)
 
     progress.phase("preflight", f"one training step of the default loader on {device}")
-    info = preflight(template, workload)
-    _check_same_workload(meta, machine, info, path)
+    info = preflight(single, workload)
+    _check_same_workload(meta, machine, info, path, placement)
     if not meta:
-        study.set_user_attr(META, _meta(workload, machine, device, space, options, info))
+        study.set_user_attr(META, _meta(workload, machine, device, space, options, info, placement))
+    parallel = f"; {len(slots)} at a time, {placement.describe()}" if len(slots) > 1 else ""
     progress.phase(
         "explore",
-        f"{options.trials} trials into {path} (space of {space.size()} configs; "
+        f"{options.trials} trials into {path} (space of {space.size()} configs{parallel}; "
         + "; ".join(space.notes)
         + ")",
     )
-    # Later: the finalists and the default loader re-measured, then the ceilings.
-    later = options.finalists + 1 + (_CEILING_PROBES if options.ceilings else 0)
+    # Later: the finalists and the default loader re-measured, the DDP probes, the ceilings.
+    ceiling_probes = _CEILING_PROBES if options.ceilings else 0
+    ddp_probes = planned_probes(info, options, options.finalists) if placement.ranks > 1 else 0
+    later = options.finalists + 1 + ddp_probes + ceiling_probes
     progress.plan("explore", options.trials, options.timeout, later=later)
     plan = ExplorePlan(
         study=study,
         space=space,
-        template=template,
-        warm_starts=warm_starts(space, machine, workload.batch_size),
+        template=single if len(slots) == 1 else template,
+        warm_starts=warm_starts(space, machine, workload.batch_size, cpus=placement.rank_cpus),
         options=options,
         progress=progress,
+        slots=slots if len(slots) > 1 else (),
     )
     runner.explore(plan)
     if plan.fatal is not None:
@@ -199,9 +223,7 @@ def run_search(
         "confirm",
         f"measuring {len(chosen)} finalist(s) and the default loader again, side by side",
     )
-    progress.plan(
-        "confirm", len(chosen) + 1, None, later=_CEILING_PROBES if options.ceilings else 0
-    )
+    progress.plan("confirm", len(chosen) + 1, None, later=ddp_probes + ceiling_probes)
     group = runner.measure(
         plan,
         [c.settings for c in chosen] + [baseline],
@@ -217,8 +239,21 @@ def run_search(
         progress.message("no finalist survived re-measuring; choosing from exploration figures")
         winner = _from_exploration(study, explored, options.tolerance)
 
+    ddp: DdpResult | None = None
+    if placement.ranks > 1:
+        winner, ddp = run_ddp_stage(
+            placement=placement,
+            template=template,
+            winner=winner,
+            finalists=confirmed,
+            info=info,
+            options=options,
+            progress=progress,
+            user_batch_size=workload.batch_size,
+            later=ceiling_probes,
+        )
     ceilings = (
-        measure_ceilings(template, winner.settings, baseline, machine.cpus, progress)
+        measure_ceilings(single, winner.settings, baseline, placement.rank_cpus, progress)
         if options.ceilings
         else Ceilings(winner={}, baseline={}, loader_limit=None)
     )
@@ -238,6 +273,7 @@ def run_search(
         study_path=str(path),
         study_name=study.study_name,
         collate_fn=workload.collate_fn,
+        ddp=ddp,
     )
     study.set_user_attr(RESULT, result.to_dict())
     progress.phase("done", _summary(result))
@@ -254,12 +290,15 @@ def preflight(template: ProbeRequest, workload: Workload) -> dict[str, Any]:
     return result.info
 
 
-def warm_starts(space: Space, machine: Machine, batch_size: int) -> tuple[Settings, ...]:
-    """Configs tried first: the common rule of thumb, and no workers."""
+def warm_starts(
+    space: Space, machine: Machine, batch_size: int, *, cpus: int | None = None
+) -> tuple[Settings, ...]:
+    """Configs tried first: the common rule of thumb (a worker per CPU of the rank's
+    share, ``cpus``, by default the machine's), and no workers."""
     threads = [t for t in space.threads.values() if isinstance(t, int)]
     rule_of_thumb = Settings(
         batch_size=batch_size,
-        num_workers=machine.cpus,
+        num_workers=cpus or machine.cpus,
         prefetch_factor=2,
         persistent_workers=True,
         pin_memory=machine.accelerator != "cpu",
@@ -324,6 +363,13 @@ def _source(workload: Workload) -> WorkloadSource:
     return WorkloadSource(pickled=pickle.dumps(workload))
 
 
+def _affinity() -> list[int]:
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return list(range(os.cpu_count() or 1))
+
+
 def _default_memory_limit() -> int:
     return int(psutil.virtual_memory().available * _MEMORY_SHARE)
 
@@ -347,8 +393,10 @@ def _meta(
     space: Space,
     options: SearchOptions,
     info: Mapping[str, Any],
+    placement: Placement,
 ) -> dict[str, Any]:
     return {
+        "placement": placement.to_dict(),
         "format": STUDY_FORMAT,
         "config": workload.config_path,
         "workload_name": workload.name,
@@ -362,11 +410,24 @@ def _meta(
 
 
 def _check_same_workload(
-    meta: Mapping[str, Any], machine: Machine, info: Mapping[str, Any], path: Path
+    meta: Mapping[str, Any],
+    machine: Machine,
+    info: Mapping[str, Any],
+    path: Path,
+    placement: Placement,
 ) -> None:
-    """A study's figures only compare with new ones for the same workload and machine."""
+    """A study's figures only compare with new ones for the same workload, machine and
+    placement (ranks, devices, CPUs per rank)."""
     if not meta:
         return
+    was, now = meta.get("placement"), placement.to_dict()
+    if was is not None and any(was.get(k) != now[k] for k in _PLACEMENT_IDENTITY):
+        raise StudyError(
+            f"study {path} was measured with {was['ranks']} rank(s) of {was['rank_cpus']} "
+            f"CPU(s) on {was['gpus'] or was['device_type']}; this search runs "
+            f"{now['ranks']} of {now['rank_cpus']} on {now['gpus'] or now['device_type']}, "
+            "so the figures would not compare. Give another --study name."
+        )
     before = meta.get("workload", {})
     changed = [
         f"{key} {before.get(key)!r} -> {info.get(key)!r}"

@@ -117,6 +117,11 @@ class Settings:
             lines.append(f"    {name}={value!r},")
         lines.append("    shuffle=True,  # False for an IterableDataset")
         lines.append(")")
+        return "\n".join(lines + self.training_notes(device)) + "\n"
+
+    def training_notes(self, device: str = "cpu") -> list[str]:
+        """Code lines (echo) and comments (pinned copies, AMP) for the training loop."""
+        lines = []
         device_type = device.split(":")[0]
         if self.echo > 1:
             lines.append(f"loader = autotune.EchoLoader(loader, {self.echo})  # import autotune")
@@ -131,7 +136,7 @@ class Settings:
                 f'# forward and loss under torch.autocast("{device_type}", dtype=torch.float16),'
             )
             lines.append(f'# backward and step through torch.amp.GradScaler("{device_type}")')
-        return "\n".join(lines) + "\n"
+        return lines
 
     # ----------------------------------------------------------------- as a loader
     def loader(self, dataset: Any, **overrides: Any) -> Any:

@@ -39,6 +39,8 @@ def result_lines(result: SearchResult) -> list[str]:
         )
         if result.speedup is not None:
             lines.append(f"speedup over the default: {result.speedup:.2f}x")
+    if result.ddp is not None:
+        lines += result.ddp.describe()
     return lines
 
 

@@ -244,6 +244,7 @@ def build_space(
     batch_size: int,
     *,
     max_workers: int | None = None,
+    rank_cpus: int | None = None,
 ) -> Space:
     """The space for this machine, narrowed by the user's ``space`` dict.
 
@@ -252,8 +253,9 @@ def build_space(
             knobs ``{"low": a, "high": b}``.
         machine: the machine's fingerprint.
         batch_size: the workload's own batch size.
-        max_workers: the default num_workers bound (per rank on several GPUs);
-            None derives it from the machine's CPUs.
+        max_workers: the default num_workers bound; None derives it from the CPUs of one rank.
+        rank_cpus: CPUs of one rank (its share of the node with several ranks), which bound
+            the workers and the training threads; None: the machine's.
 
     Raises:
         SpaceError: an unknown knob, an empty or out-of-range value, or a contradiction.
@@ -262,7 +264,8 @@ def build_space(
     if unknown:
         raise SpaceError(f"space has unknown knobs {unknown}; the knobs are {list(KNOBS)}.")
     notes: list[str] = []
-    bound = max_workers if max_workers is not None else default_max_workers(machine.cpus)
+    cpus = rank_cpus if rank_cpus is not None else machine.cpus
+    bound = max_workers if max_workers is not None else default_max_workers(cpus)
     modes, amp_note = amp_modes(machine)
     on_accelerator = machine.accelerator != "cpu"
     defaults: dict[str, Domain] = {
@@ -276,7 +279,7 @@ def build_space(
     }
     if not on_accelerator:
         notes.append("pin_memory: left out: it needs an accelerator and this search runs on CPU.")
-        defaults["threads"] = IntRange(1, machine.cpus) if machine.cpus > 1 else Fixed(1)
+        defaults["threads"] = IntRange(1, cpus) if cpus > 1 else Fixed(1)
     else:
         defaults["threads"] = Fixed(None)
         notes.append("threads: left out: the model runs on the GPU.")

@@ -19,8 +19,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sqlite3
+import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,22 @@ def _check_file(path: Path) -> None:
         )
 
 
+class _Storage(optuna.storages.RDBStorage):
+    """Optuna's RDB storage with its trial-state check-and-set made atomic across this
+    process's threads: SQLite ignores ``SELECT ... FOR UPDATE``, so trials running in
+    parallel threads could otherwise both pop the same enqueued trial."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._state_lock = threading.Lock()
+
+    def set_trial_state_values(
+        self, trial_id: int, state: TrialState, values: Sequence[float] | None = None
+    ) -> bool:
+        with self._state_lock:
+            return super().set_trial_state_values(trial_id, state, values)
+
+
 def storage(path: Path, *, must_exist: bool) -> optuna.storages.RDBStorage:
     """Open (or create) the SQLite storage at ``path``.
 
@@ -125,7 +142,7 @@ def storage(path: Path, *, must_exist: bool) -> optuna.storages.RDBStorage:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ExperimentalWarning)
-            return optuna.storages.RDBStorage(
+            return _Storage(
                 url,
                 engine_kwargs={"connect_args": {"timeout": _LOCK_TIMEOUT_SECONDS}},
                 heartbeat_interval=_HEARTBEAT_SECONDS,

@@ -1,7 +1,7 @@
 """The command line: a thin layer over the library.
 
     autotune search CONFIG [--trials N] [--timeout S] [--study NAME_OR_PATH] [--seed N]
-                           [--resume] [--debug]
+                           [--gpus 0,1] [--ranks N] [--resume] [--debug]
     autotune show STUDY
     autotune export STUDY [-o settings.json]
     autotune report STUDY [-o report.html] [--format html|md]
@@ -43,6 +43,13 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--seed", type=int, help="seed the sampler for a repeatable search")
     search.add_argument(
         "--resume", action="store_true", help="continue the study; fail if it does not exist"
+    )
+    search.add_argument(
+        "--gpus",
+        help="GPUs to tune for, as cuda:N numbers them: '0,1', 'all' (default) or 'none' (CPU)",
+    )
+    search.add_argument(
+        "--ranks", type=int, help="DDP ranks on CPU (on GPUs: one per selected GPU)"
     )
 
     show = commands.add_parser("show", help="the best settings and the trials of a study")
@@ -120,6 +127,8 @@ def _search(args: argparse.Namespace) -> int:
             study=args.study,
             seed=args.seed,
             resume=args.resume or None,
+            gpus=args.gpus,
+            ranks=args.ranks,
         )
     print("\n".join(result_lines(result)))
     print("\n".join(diagnosis_lines(diagnose(result))))

@@ -1,13 +1,20 @@
 """The embedded backend: Optuna in this process, TPE proposing, ASHA pruning.
 
-Trials run one at a time: on one machine, concurrent probes would compete for
-the same cores and corrupt each other's figures.
+Trials run one at a time per slot: concurrent probes that shared cores would
+corrupt each other's figures. With several slots (one per DDP rank, each its
+own GPU and CPU share) as many trials run at once, in Optuna's threads, as the
+ranks of a DDP run would.
 """
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 import uuid
 import warnings
+from collections.abc import Iterator
+from types import FrameType
 
 import optuna
 from optuna.exceptions import ExperimentalWarning
@@ -22,11 +29,16 @@ N_STARTUP_TRIALS = 6
 
 def sampler(seed: int | None) -> optuna.samplers.BaseSampler:
     """TPE over the conditional space: multivariate and grouped, because
-    prefetch_factor and persistent_workers exist only with workers."""
+    prefetch_factor and persistent_workers exist only with workers; its constant
+    liar keeps trials running in parallel from being proposed the same config."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ExperimentalWarning)
         return optuna.samplers.TPESampler(
-            seed=seed, multivariate=True, group=True, n_startup_trials=N_STARTUP_TRIALS
+            seed=seed,
+            multivariate=True,
+            group=True,
+            n_startup_trials=N_STARTUP_TRIALS,
+            constant_liar=True,
         )
 
 
@@ -53,11 +65,12 @@ class EmbeddedBackend:
             for settings in plan.warm_starts:
                 if plan.space.contains(settings):
                     enqueue(plan.study, plan.space.params(settings), {ROLE: "explore"})
-        with quiet_optuna():
+        with quiet_optuna(), _interrupts(objective):
             plan.study.optimize(
                 objective,
                 n_trials=plan.options.trials,
                 timeout=plan.options.timeout,
+                n_jobs=max(1, len(plan.slots)),
                 catch=(TrialFailed,),
                 callbacks=[objective.after],
             )
@@ -67,11 +80,38 @@ class EmbeddedBackend:
         group = uuid.uuid4().hex
         for config, role in zip(settings, roles, strict=True):
             enqueue(plan.study, {}, {ROLE: role, SETTINGS: config.to_dict(), GROUP: group})
-        with quiet_optuna():
+        with quiet_optuna(), _interrupts(objective):
             plan.study.optimize(
                 objective,
                 n_trials=len(settings),
+                n_jobs=max(1, min(len(plan.slots), len(settings))),
                 catch=(TrialFailed,),
                 callbacks=[objective.after],
             )
         return group
+
+
+@contextlib.contextmanager
+def _interrupts(objective: Objective) -> Iterator[None]:
+    """On Ctrl-C, tell trials running in Optuna's threads to stop at their next window
+    (the main thread's KeyboardInterrupt waits for them), then interrupt as usual."""
+    if objective.pool is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if previous == signal.SIG_IGN:
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        objective.interrupted.set()
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -13,14 +13,18 @@ Shared rules of every trial, whatever proposes it:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune._backends import ExplorePlan
+from autotune._placement import PLACEMENT, Slot, SlotPool
 from autotune._probe import Failure, Figures, ProbeResult, Window, run_probe
 from autotune._settings import Settings
 from autotune._study import (
@@ -96,6 +100,10 @@ class Objective:
         self.failures: list[Failure] = []
         self.successes = 0
         self.repeats = 0
+        self.pool = SlotPool(plan.slots) if plan.slots else None
+        self.interrupted = threading.Event()
+        """Set on Ctrl-C while trials run in threads: they stop at their next window."""
+        self._lock = threading.Lock()
         for trial in plan.study.get_trials(deepcopy=False):
             record = TrialRecord.from_trial(trial)
             if record.failure and record.failure.kind == "oom" and record.settings:
@@ -112,7 +120,8 @@ class Objective:
         trial.set_user_attr(SETTINGS, settings.to_dict())
         self.plan.progress.trial_started(trial.number, role, settings)
 
-        blocked = self.oom.blocks(settings)
+        with self._lock:
+            blocked = self.oom.blocks(settings)
         if blocked is not None:
             record_failure(trial, blocked)
             raise TrialFailed(blocked.message)
@@ -134,16 +143,36 @@ class Objective:
             value = Figures(windows=tuple(windows)).samples_per_s
             trial.report(value, len(windows))
             self.plan.progress.window(trial.number, window, value)
+            if self.interrupted.is_set():
+                return False
             return not (prunable and trial.should_prune())
 
-        return run_probe(request, on_window=on_window)
+        with self._slot() as slot:
+            if slot is not None:
+                request = slot.apply(request)
+            result = run_probe(request, on_window=on_window)
+        if slot is not None:
+            trial.set_user_attr(PLACEMENT, {**slot.to_dict(), "cpus_seen": result.info.get("cpus")})
+        if self.interrupted.is_set() and result.failure is None:
+            interrupted = Failure(kind="interrupted", message="interrupted (Ctrl-C)")
+            return dataclasses.replace(result, failure=interrupted, stopped=False)
+        return result
+
+    @contextlib.contextmanager
+    def _slot(self) -> Iterator[Slot | None]:
+        if self.pool is None:
+            yield None
+            return
+        with self.pool.acquire() as slot:
+            yield slot
 
     def _conclude(self, trial: optuna.Trial, settings: Settings, result: ProbeResult) -> float:
         trial.set_user_attr(FIGURES, result.figures.to_dict())
         if result.failure is not None:
             record_failure(trial, result.failure)
             if result.failure.kind == "oom":
-                self.oom.add(settings, trial.number)
+                with self._lock:
+                    self.oom.add(settings, trial.number)
             raise TrialFailed(result.failure.message)
         if result.stopped:
             raise optuna.TrialPruned(f"pruned after {len(result.figures.windows)} windows")
@@ -183,6 +212,10 @@ class Objective:
     # ----------------------------------------------------------------- after each trial
     def after(self, study: optuna.Study, frozen: FrozenTrial) -> None:
         """Optuna callback: show the trial, and stop on a failure every config shares."""
+        with self._lock:  # trials end in several threads when they run in parallel
+            self._after(study, frozen)
+
+    def _after(self, study: optuna.Study, frozen: FrozenTrial) -> None:
         record = TrialRecord.from_trial(frozen)
         self.plan.progress.trial_finished(record, best_record(study))
         if not self.exploring:

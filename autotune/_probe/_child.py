@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from autotune._loader import build_loader, is_iterable_dataset
-from autotune._probe._failure import classify
+from autotune._probe._failure import ReportedFailure, classify
 from autotune._probe._protocol import ProbeRequest, Window, WorkloadSource
 from autotune._probe._train import (
     ContractError,
@@ -71,6 +71,8 @@ def child_main(request: ProbeRequest, events: Connection, control: Connection) -
     try:
         _run(request, events.send, stop)
         events.send(("done", None))
+    except ReportedFailure as error:
+        events.send(("error", error.failure))
     except PieceError as error:
         events.send(("error", classify(error.error, error.piece)))
     except BaseException as error:  # report anything, then end: this process is disposable
@@ -130,10 +132,15 @@ def _seed(seed: int) -> None:
 
 
 def _run(request: ProbeRequest, send: Send, stop: threading.Event) -> None:
+    if request.mode == "ddp":
+        from autotune._probe._ddp import run_ranks
+
+        run_ranks(request, send, stop)
+        return
     settings = request.settings
     _seed(request.seed)
-    if settings.threads is not None:
-        torch.set_num_threads(settings.threads)
+    apply_threads(settings.threads, request.cpus)
+    send(("info", placement()))
     workload = materialize(request.source)
     device = torch.device(request.device)
     dataset = _make_dataset(workload)
@@ -252,13 +259,35 @@ def _check(
                 "batch_samples": batch_length(batch),
                 "first_batch_s": loaded - start,
                 "first_step_s": stepped - loaded,
-                "cpus": sorted(os.sched_getaffinity(0))
-                if hasattr(os, "sched_getaffinity")
-                else None,
-                "torch_threads": torch.get_num_threads(),
+                "buffers": sum(b.numel() for b in trainer.model.buffers()),
+                "gradient_bytes": sum(
+                    p.numel() * p.element_size()
+                    for p in trainer.model.parameters()
+                    if p.requires_grad
+                ),
+                **placement(),
             },
         )
     )
+
+
+def apply_threads(threads: int | None, cpus: tuple[int, ...] | None) -> None:
+    """torch's intra-op threads: the config's, else one per CPU of the process's share
+    (what a fresh process pinned to those CPUs, or started by torchrun with
+    OMP_NUM_THREADS set to its share, would use)."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+    elif cpus:
+        torch.set_num_threads(len(cpus))
+
+
+def placement() -> dict[str, Any]:
+    """Where this process runs: its CPU affinity, torch's threads, its visible GPUs."""
+    return {
+        "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "torch_threads": torch.get_num_threads(),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
 
 
 def _measure(

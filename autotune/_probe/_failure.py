@@ -13,6 +13,14 @@ _SHM_HINT = (
 )
 
 
+class ReportedFailure(Exception):
+    """Raised in a probe to report a failure already classified (by a DDP rank)."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+
+
 def classify(error: BaseException, piece: str | None) -> Failure:
     """A Failure for an exception raised in the probe, by type first and text second."""
     message = describe(error)

@@ -10,12 +10,14 @@ import dataclasses
 import statistics
 from typing import Any, Literal
 
+from autotune._monitor import MonitorFigures
 from autotune._settings import Settings
 
-Mode = Literal["train", "compute", "data", "check"]
+Mode = Literal["train", "compute", "data", "check", "ddp"]
 """train: the real loader and model; compute: the model on batches held in memory
 (the compute ceiling); data: the loader alone (the data ceiling); check: build
-everything once and run one step (the preflight)."""
+everything once and run one step (the preflight); ddp: train as DistributedDataParallel
+across the ranks of ``ProbeRequest.ddp``."""
 
 FailureKind = Literal[
     "error", "oom", "timeout", "crash", "worker", "shm", "interrupted", "infeasible"
@@ -28,6 +30,31 @@ class WorkloadSource:
 
     config_path: str | None = None
     pickled: bytes | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RankPlace:
+    """Where one rank of a DDP probe runs."""
+
+    device: str
+    """"cuda:N" (N counts the GPUs the probe's CUDA_VISIBLE_DEVICES leaves) or "cpu"."""
+    cpus: tuple[int, ...] | None = None
+    """Its CPU affinity (its share of the node); None: the probe's."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DdpSpec:
+    """A DDP probe: one process per rank on this node, as torchrun would start them."""
+
+    backend: str
+    """"nccl" on GPUs, "gloo" on CPU."""
+    ranks: tuple[RankPlace, ...]
+    kwargs: tuple[tuple[str, Any], ...] = ()
+    """Keyword arguments of DistributedDataParallel (bucket_cap_mb, static_graph...)."""
+
+    @property
+    def world_size(self) -> int:
+        return len(self.ranks)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -55,6 +82,11 @@ class ProbeRequest:
     worker_start_method: str | None = None
     """How the probe's DataLoader starts workers: the search's own default (what the user's
     training gets), not the fork server the probe itself came from."""
+    monitor_gpus: tuple[str, ...] = ()
+    """The GPUs the probe trains on (NVML UUIDs where known), for the search's monitor;
+    empty on CPU."""
+    ddp: DdpSpec | None = None
+    """The ranks and DDP settings of a "ddp" probe."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -111,6 +143,8 @@ class Figures:
     peak_memory_bytes: int | None = None
     """Peak memory of the probe's process tree (proportional set size), workers included."""
     wall_s: float = 0.0
+    monitor: MonitorFigures | None = None
+    """GPU and CPU figures over the measuring windows (see autotune._monitor)."""
 
     @property
     def samples(self) -> int:
@@ -155,6 +189,7 @@ class Figures:
             "wall_s": self.wall_s,
             "window_spread": self.window_spread,
             "windows": [w.to_dict() for w in self.windows],
+            "monitor": self.monitor.to_dict() if self.monitor else None,
         }
 
     @classmethod
@@ -164,6 +199,7 @@ class Figures:
             startup_s=data.get("startup_s"),
             peak_memory_bytes=data.get("peak_memory_bytes"),
             wall_s=data.get("wall_s", 0.0),
+            monitor=MonitorFigures.from_dict(data["monitor"]) if data.get("monitor") else None,
         )
 
 

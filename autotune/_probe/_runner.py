@@ -20,6 +20,7 @@ from typing import Any
 
 import psutil
 
+from autotune._monitor import Monitor
 from autotune._probe._child import child_main
 from autotune._probe._failure import describe_exit
 from autotune._probe._protocol import Failure, Figures, ProbeRequest, ProbeResult, Window
@@ -143,6 +144,8 @@ def run_probe(request: ProbeRequest, *, on_window: OnWindow | None = None) -> Pr
     events_child.close()
     control_child.close()
     watch = TreeWatch(process.pid, limit=request.memory_limit)
+    monitor = Monitor(gpus=request.monitor_gpus, cores=request.cpus)
+    span: list[float] = []  # [when the first window began, when the last one ended]
 
     windows: list[Window] = []
     startup: float | None = None
@@ -165,11 +168,13 @@ def run_probe(request: ProbeRequest, *, on_window: OnWindow | None = None) -> Pr
                     startup = float(payload["startup_s"])
                 elif kind == "window":
                     windows.append(payload)
+                    now = time.monotonic()
+                    span[:] = [span[0] if span else now - payload.seconds, now]
                     if not stopped and on_window is not None and not on_window(payload, windows):
                         stopped = True
                         _send_stop(control)
                 elif kind == "info":
-                    info = dict(payload)
+                    info.update(payload)
                 elif kind == "done":
                     finished = True
                     break
@@ -196,6 +201,7 @@ def run_probe(request: ProbeRequest, *, on_window: OnWindow | None = None) -> Pr
                 break
     finally:
         _end(process, control, watch, graceful=finished)
+        monitor.stop()
         events.close()
 
     figures = Figures(
@@ -203,6 +209,7 @@ def run_probe(request: ProbeRequest, *, on_window: OnWindow | None = None) -> Pr
         startup_s=startup,
         peak_memory_bytes=watch.peak or None,
         wall_s=time.perf_counter() - began,
+        monitor=monitor.figures(*span) if span else monitor.figures(),
     )
     return ProbeResult(figures=figures, failure=failure, stopped=stopped, info=info)
 

@@ -1,0 +1,393 @@
+"""Several ranks: parallel trials on disjoint CPU shares, the DDP probe (2 gloo ranks on this
+CPU machine, for real), the DDP keywords, and the emitted ``ddp`` section."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import pickle
+import signal
+import subprocess
+import sys
+import time
+
+import optuna
+import pytest
+import workloads
+from conftest import quick
+from torch import nn
+
+import autotune
+from autotune import StudyError
+from autotune._ddp import (
+    DdpResult,
+    buffer_keyword,
+    keep_default_unless_faster,
+    knob_grid,
+    run_ddp_stage,
+)
+from autotune._gpu import Discovery
+from autotune._launch import ddp_code, lr_note, torchrun_line
+from autotune._options import SearchOptions
+from autotune._placement import PLACEMENT, plan_placement
+from autotune._probe import Figures, ProbeRequest, Window, WorkloadSource, run_probe
+from autotune._progress import QuietProgress
+from autotune._result import Measurement
+from autotune._settings import Settings
+from autotune._workload import Workload
+from autotune.cli import main
+
+TWO_CPU_RANKS = plan_placement(
+    device="cpu", gpus=None, ranks=2, discovery=Discovery(gpus=()), cpus=[0, 1], usable=2
+)
+
+
+def template(dataset, model=workloads.linear_model, batch_size=8, **fields) -> ProbeRequest:
+    workload = Workload(dataset=dataset, model=model, batch_size=batch_size)
+    options = {"window_seconds": 0.15, "max_windows": 3, "warmup_seconds": 0.05}
+    return ProbeRequest(
+        source=WorkloadSource(pickled=pickle.dumps(workload)),
+        settings=fields.pop("settings", Settings(batch_size=batch_size)),
+        device="cpu",
+        stall_timeout=20.0,
+        **{**options, **fields},
+    )
+
+
+def test_a_ddp_probe_trains_every_rank_on_its_own_cpus() -> None:
+    settings = Settings(batch_size=8, num_workers=1, prefetch_factor=2, threads=1)
+    request = TWO_CPU_RANKS.ddp_request(
+        template(workloads.SleepyDataset(delay=0.001), settings=settings),
+        {"gradient_as_bucket_view": True},
+    )
+    result = run_probe(request)
+    assert result.ok, result.failure
+    ranks = result.info["ranks"]
+    assert [r["cpus"] for r in ranks] == [[0], [1]]
+    assert [r["torch_threads"] for r in ranks] == [1, 1]
+    assert result.info["backend"] == "gloo"
+    windows = result.figures.windows
+    assert len(windows) == 3
+    for window in windows:  # both ranks trained every step of the window
+        assert window.samples == 2 * window.steps * 8
+    assert result.figures.startup_s is not None
+    assert result.figures.monitor is not None and result.figures.monitor.cores == (0, 1)
+
+
+def test_a_rank_out_of_memory_fails_the_ddp_probe_as_out_of_memory() -> None:
+    # The stand-in model raises torch.OutOfMemoryError above batch 8, as CUDA would.
+    request = TWO_CPU_RANKS.ddp_request(
+        template(workloads.SleepyDataset(), model=workloads.oom_model, batch_size=16), {}
+    )
+    result = run_probe(request)
+    assert result.failure is not None
+    assert result.failure.kind == "oom"
+    assert result.failure.message.startswith(("rank 0: ", "rank 1: "))
+    assert "out of memory" in result.failure.message
+    assert result.figures.wall_s < 15  # the other rank, stuck in an all-reduce, is ended
+
+
+class PartlyUsed(nn.Module):
+    """A model with a layer that gets no gradient: DDP needs find_unused_parameters."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.used = nn.Linear(workloads.FEATURES, workloads.CLASSES)
+        self.unused = nn.Linear(workloads.FEATURES, workloads.CLASSES)
+
+    def forward(self, inputs):
+        return self.used(inputs)
+
+
+def test_unused_parameters_are_found_and_the_probe_runs_again() -> None:
+    single = Figures(
+        windows=(Window(index=0, seconds=1, samples=400, fresh=400, steps=50, wait_seconds=0),)
+    )
+    winner = Measurement(settings=Settings(batch_size=8, threads=1), figures=single)
+    chosen, ddp = run_ddp_stage(
+        placement=TWO_CPU_RANKS,
+        template=template(workloads.SleepyDataset(), model=PartlyUsed),
+        winner=winner,
+        finalists=[winner],
+        info={"buffers": 0, "gradient_bytes": 1000},
+        options=SearchOptions(ddp_knobs=False),
+        progress=QuietProgress(),
+        user_batch_size=8,
+    )
+    assert chosen == winner
+    first, second = ddp.measurements
+    assert first.failure is not None and "find_unused_parameters" in first.failure.message
+    assert second.failure is None and second.kwargs["find_unused_parameters"] is True
+    assert ddp.kwargs["find_unused_parameters"] is True
+    assert ddp.samples_per_s and ddp.samples_per_s > 0
+    assert ddp.scaling_efficiency == pytest.approx(ddp.samples_per_s / (2 * 400))
+
+
+def test_with_ddp_finalists_the_ddp_figures_choose() -> None:
+    one_rank = figures(100)
+    cheap = Measurement(settings=Settings(batch_size=8, threads=1), figures=one_rank)
+    workers = Settings(batch_size=8, num_workers=4, prefetch_factor=2, threads=1)
+    fast = Measurement(settings=workers, figures=one_rank)
+    chosen, ddp = run_ddp_stage(
+        placement=TWO_CPU_RANKS,
+        template=template(workloads.SleepyDataset(delay=0.01)),
+        winner=cheap,  # equally fast on one rank; as DDP, workers waiting on I/O win
+        finalists=[cheap, fast],
+        info={"buffers": 0, "gradient_bytes": 1000},
+        options=SearchOptions(ddp_knobs=False, ddp_finalists=True),
+        progress=QuietProgress(),
+        user_batch_size=8,
+    )
+    assert [m.role for m in ddp.measurements] == ["winner", "finalist"]
+    slow, quick_ = (m.samples_per_s for m in ddp.measurements)
+    assert quick_ > 1.5 * slow
+    assert chosen == fast and ddp.settings == workers
+    assert ddp.figures == ddp.measurements[1].figures
+
+
+@pytest.fixture(scope="module")
+def ddp_search(tmp_path_factory):
+    """One search for 2 CPU ranks (1 CPU each), DDP keywords tuned."""
+    study = tmp_path_factory.mktemp("ddp") / "ranks.db"
+    result = autotune.search(
+        dataset=workloads.sleepy_dataset,
+        model=workloads.linear_model,
+        batch_size=8,
+        name="ranks",
+        space={"num_workers": [0, 1, 2], "batch_size": [8, 16]},
+        **quick(trials=6, seed=0, ranks=2, study=str(study)),
+    )
+    return result, study
+
+
+def test_parallel_trials_run_on_disjoint_cpu_sets(ddp_search) -> None:
+    _result, path = ddp_search
+    study = optuna.load_study(study_name="ranks", storage=f"sqlite:///{path}")
+    probed = [
+        t
+        for t in study.trials
+        if "autotune.figures" in t.user_attrs and "autotune.duplicate_of" not in t.user_attrs
+    ]
+    trials = [t for t in probed if PLACEMENT in t.user_attrs]
+    assert trials == probed  # every trial that ran a probe ran in a slot
+    assert len(trials) >= 4
+    for trial in trials:  # each trial saw exactly its rank's share: 1 of the 2 CPUs
+        placement = trial.user_attrs[PLACEMENT]
+        assert placement["cpus_seen"] == placement["cpus"]
+        assert len(placement["cpus"]) == 1
+    overlapping = [
+        (a, b)
+        for a, b in itertools.combinations(trials, 2)
+        if a.datetime_start < b.datetime_complete and b.datetime_start < a.datetime_complete
+    ]
+    assert overlapping, "no two trials ran at the same time"
+    for a, b in overlapping:
+        cpus_a = set(a.user_attrs[PLACEMENT]["cpus_seen"])
+        assert cpus_a.isdisjoint(b.user_attrs[PLACEMENT]["cpus_seen"])
+
+
+def test_the_search_emits_a_ddp_section_with_a_torchrun_line(ddp_search) -> None:
+    result, _path = ddp_search
+    ddp = result.ddp
+    assert ddp is not None
+    section = result.to_dict()["ddp"]
+    per_rank = result.settings.batch_size
+    assert section["world_size"] == 2 and section["backend"] == "gloo"
+    assert section["per_rank_batch_size"] == per_rank
+    assert section["global_batch_size"] == 2 * per_rank
+    assert section["dataloader"] == result.settings.dataloader_kwargs()
+    assert section["cpus_per_rank"] == 1
+    assert section["torchrun"] == (
+        "OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 train.py"
+    )
+    assert set(section["ddp_kwargs"]) == {
+        "bucket_cap_mb",
+        "gradient_as_bucket_view",
+        "static_graph",
+    }
+    assert section["samples_per_s"] > 0 and section["scaling_efficiency"] > 0
+    assert section["single_samples_per_s"] == result.samples_per_s
+    # The winner as DDP, then one probe per DDP keyword that matters for this tiny model.
+    roles = [m["role"] for m in section["measurements"]]
+    assert roles == ["winner", "knob", "knob"]
+    assert any("bucket_cap_mb: left out" in n for n in section["notes"])
+    # The user trains with batch 8: a global batch of 16 or 32 changes the learning rate.
+    assert section["lr_note"].startswith(f"the global batch is {2 * per_rank} (2 ranks x")
+    code = result.to_code()
+    compile(code, "<ddp code>", "exec")
+    assert "DistributedSampler(dataset)" in code and 'init_process_group("gloo")' in code
+
+
+def test_the_ddp_section_is_exported_and_loaded_back(ddp_search, tmp_path, capsys) -> None:
+    result, path = ddp_search
+    assert main(["export", str(path), "-o", str(tmp_path / "settings.json")]) == 0
+    exported = json.loads((tmp_path / "settings.json").read_text())
+    assert exported["ddp"]["torchrun"] == result.ddp.torchrun()
+    loaded = autotune.load(tmp_path / "settings.json")
+    assert loaded.ddp == result.ddp
+    assert main(["show", str(path)]) == 0
+    shown = capsys.readouterr().out
+    assert "DDP: 2 ranks (gloo)" in shown and "launch: OMP_NUM_THREADS=1 torchrun" in shown
+
+
+def test_a_study_of_one_rank_is_not_continued_with_two(ddp_search) -> None:
+    _result, path = ddp_search
+    with pytest.raises(StudyError, match=r"measured with 2 rank\(s\) of 1 CPU\(s\)"):
+        autotune.search(
+            dataset=workloads.sleepy_dataset,
+            model=workloads.linear_model,
+            batch_size=8,
+            **quick(trials=1, ranks=1, study=str(path)),
+        )
+
+
+def test_the_cli_refuses_a_gpu_that_is_not_there(write_config, capsys) -> None:
+    config = write_config(
+        """
+        import workloads
+        dataset = workloads.sleepy_dataset
+        model = workloads.linear_model
+        """
+    )
+    if autotune._gpu.discover().gpus:
+        pytest.skip("this machine has GPUs")
+    assert main(["search", str(config), "--gpus", "0"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("autotune: error: config ")
+    assert "GPU 0 is not visible: no GPU is visible" in error
+    assert len(error.splitlines()) == 1
+
+
+def test_ctrl_c_stops_trials_running_in_parallel_and_keeps_them(write_config, workdir) -> None:
+    config = write_config(
+        """
+        import workloads
+        dataset = workloads.sleepy_dataset
+        model = workloads.linear_model
+        space = {"num_workers": [0, 1], "batch_size": 8}
+        search = {"window_seconds": 0.2, "max_windows": 100, "min_windows": 100,
+                  "warmup_seconds": 0.05,
+                  "trials": 4, "ceilings": False}
+        """
+    )
+    command = [sys.executable, "-m", "autotune", "search", str(config), "--ranks", "2"]
+    log = workdir / "stderr.txt"
+    with log.open("w") as stderr:
+        process = subprocess.Popen(command, stderr=stderr, cwd=workdir)
+        storage = "sqlite:///studies/config.db"
+        deadline = time.monotonic() + 120
+        running: list[optuna.trial.FrozenTrial] = []
+        while len(running) < 2:  # until two trials (20 s of windows each) are measuring
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.5)
+            assert process.poll() is None, log.read_text()
+            try:
+                trials = optuna.load_study(study_name="config", storage=storage).trials
+            except Exception:  # the study is not created yet
+                continue
+            running = [t for t in trials if t.state.name == "RUNNING" and t.intermediate_values]
+        interrupted_at = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == 130, log.read_text()
+    assert time.monotonic() - interrupted_at < 15, log.read_text()  # not the 20 s of windows
+    study = optuna.load_study(study_name="config", storage=storage)
+    failures = [t.user_attrs.get("autotune.failure") or {} for t in study.trials]
+    assert [f.get("kind") for f in failures].count("interrupted") == 2, log.read_text()
+    assert all(t.state != optuna.trial.TrialState.RUNNING for t in study.trials)
+
+
+# --------------------------------------------------------------------- pure rules
+def test_ddp_knobs_are_tuned_only_where_they_matter() -> None:
+    grid, notes = knob_grid({"gradient_bytes": 4 * 2**10, "buffers": 0})
+    assert [k for k, _ in grid] == ["gradient_as_bucket_view", "static_graph"]
+    assert notes == [
+        "bucket_cap_mb: left out: the gradients (4 KiB) fit in one bucket of any size tried.",
+        f"{buffer_keyword()}: left out: the model has no buffers.",
+    ]
+    grid, notes = knob_grid({"gradient_bytes": 100 * 2**20, "buffers": 2048})
+    assert dict(grid) == {
+        "gradient_as_bucket_view": (True,),
+        "static_graph": (True,),
+        "bucket_cap_mb": (5, 100),
+        buffer_keyword(): (False,),
+    }
+    assert notes == []
+
+
+def figures(rate: float, spread: float = 0.0, windows: int = 4) -> Figures:
+    rates = [rate * (1 + spread * (-1) ** i) for i in range(windows)]
+    return Figures(
+        windows=tuple(
+            Window(index=i, seconds=1.0, samples=int(r), fresh=int(r), steps=1, wait_seconds=0)
+            for i, r in enumerate(rates)
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    ("tried", "expected"),
+    [
+        ([(True, figures(1020))], False),  # within the tolerance: the default stays
+        ([(True, figures(1100))], True),  # clearly faster, steady windows
+        ([(True, figures(1100, spread=0.3))], False),  # faster, but within its noise
+        ([(True, None)], False),  # failed
+        ([(5, figures(1100)), (100, figures(1200))], 100),  # the fastest of the faster
+    ],
+)
+def test_a_ddp_keyword_keeps_its_default_unless_clearly_faster(tried, expected) -> None:
+    default = 25 if isinstance(expected, int) and not isinstance(expected, bool) else False
+    assert keep_default_unless_faster(default, figures(1000), tried, 0.03) == expected
+
+
+def test_the_learning_rate_note_follows_the_linear_scaling_rule() -> None:
+    assert lr_note(user_batch_size=64, per_rank_batch_size=32, world_size=2) is None
+    note = lr_note(user_batch_size=32, per_rank_batch_size=32, world_size=8)
+    assert note == (
+        "the global batch is 256 (8 ranks x 32), 8x the 32 you train with: by the linear "
+        "scaling rule, multiply the learning rate by 8 (with a few epochs of warm-up when it "
+        "grows), or keep the global batch at 32 with a per-rank batch of 4 (not measured)."
+    )
+
+
+def test_the_launch_line_and_code_for_gpus() -> None:
+    line = torchrun_line(world_size=2, device_type="cuda", visible="2,3", threads=8)
+    assert line == (
+        "CUDA_VISIBLE_DEVICES=2,3 OMP_NUM_THREADS=8 torchrun --standalone --nproc-per-node=2 "
+        "train.py"
+    )
+    settings = Settings(
+        batch_size=64, num_workers=6, prefetch_factor=4, pin_memory=True, amp="fp16"
+    )
+    code = ddp_code(
+        settings=settings,
+        kwargs={"static_graph": True},
+        backend="nccl",
+        device_type="cuda",
+        world_size=2,
+        launch=line,
+    )
+    compile(code, "<ddp code>", "exec")
+    assert "torch.cuda.set_device(local_rank)" in code
+    assert "device_ids=[local_rank]," in code and "static_graph=True," in code
+    assert "batch_size=64,  # per rank; the global batch is 128" in code
+    assert 'GradScaler("cuda")' in code
+
+
+def test_a_ddp_result_reads_back_what_it_wrote() -> None:
+    ddp = DdpResult(
+        world_size=4,
+        backend="nccl",
+        device_type="cuda",
+        settings=Settings(batch_size=32, num_workers=4, prefetch_factor=2),
+        kwargs={"bucket_cap_mb": 100},
+        rank_cpus=8,
+        user_batch_size=32,
+        visible="0,1,2,3",
+        figures=figures(4000),
+        single_samples_per_s=1100.0,
+    )
+    data = json.loads(json.dumps(ddp.to_dict()))
+    assert DdpResult.from_dict(data) == ddp
+    assert data["scaling_efficiency"] == pytest.approx(4000 / 4400)
+    assert data["global_batch_size"] == 128
+    assert data["torchrun"].startswith("CUDA_VISIBLE_DEVICES=0,1,2,3 OMP_NUM_THREADS=8 torchrun")
