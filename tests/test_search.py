@@ -55,9 +55,12 @@ def test_asha_prunes_slow_configs(workdir) -> None:
     study = optuna.load_study(study_name="small", storage="sqlite:///studies/small.db")
     pruned = [t for t in study.trials if t.state == optuna.trial.TrialState.PRUNED]
     assert pruned
-    for trial in pruned:
-        windows = trial.user_attrs["autotune.figures"]["windows"]
-        assert len(windows) < 9
+    # Rungs at 1, 3 and 9 windows: a trial pruned at its last rung has run them all, but
+    # a pruned trial never runs past the rung where it lost, and most stop early.
+    rungs = {1, 3, 9}
+    stopped_at = [len(t.user_attrs["autotune.figures"]["windows"]) for t in pruned]
+    assert set(stopped_at) <= rungs
+    assert min(stopped_at) < 9
 
 
 def test_a_second_search_adds_to_the_same_study(workdir) -> None:
