@@ -55,11 +55,11 @@ def test_asha_prunes_slow_configs(workdir) -> None:
     study = optuna.load_study(study_name="small", storage="sqlite:///studies/small.db")
     pruned = [t for t in study.trials if t.state == optuna.trial.TrialState.PRUNED]
     assert pruned
-    # Rungs at 1, 3 and 9 windows: a trial pruned at its last rung has run them all, but
-    # a pruned trial never runs past the rung where it lost, and most stop early.
-    rungs = {1, 3, 9}
+    # Rungs at 1, 3 and 9 windows: a pruned trial stops at the rung where it lost (one
+    # more window may finish while the verdict travels); one pruned at the last rung has
+    # run them all, but most stop early.
     stopped_at = [len(t.user_attrs["autotune.figures"]["windows"]) for t in pruned]
-    assert set(stopped_at) <= rungs
+    assert all(n in (1, 2, 3, 4, 9) for n in stopped_at), stopped_at
     assert min(stopped_at) < 9
 
 
