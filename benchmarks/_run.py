@@ -46,6 +46,9 @@ class _SearchProgress:
     def phase(self, name: str, detail: str) -> None:
         self.say(f"autotune {name}: {detail}")
 
+    def plan(self, stage: str, trials: int, timeout: float | None, *, later: int = 0) -> None:
+        pass
+
     def trial_started(self, number: int, role: str, settings: Settings) -> None:
         pass
 

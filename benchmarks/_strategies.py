@@ -186,14 +186,16 @@ def autotune_search(
         search_s = time.perf_counter() - began
         trials = _trials(study)
     ran = [t for t in trials if t["duplicate_of"] is None and t["state"] != "FAIL"]
+    ceilings = len(result.ceilings) + len(result.baseline_ceilings) + bool(result.loader_limit)
     return Choice(
         strategy="autotune",
         settings=result.settings,
         search_s=search_s,
-        probes=len(ran) + 3,  # + the preflight and the two ceilings
+        probes=1 + len(ran) + ceilings,  # the preflight, the trials, the ceilings
         detail={
             "samples_per_s": result.samples_per_s,
             "speedup": result.speedup,
+            "ceiling_probes": ceilings,
             "ceilings": {k: f.samples_per_s for k, f in result.ceilings.items()},
             "confirmed": result.confirmed,
             "trials": trials,
