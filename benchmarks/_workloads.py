@@ -20,6 +20,8 @@ from typing import Any
 from autotune import Machine, SearchOptions
 
 WORKLOADS_DIR = Path(__file__).parent / "workloads"
+MAX_WORKERS = 32
+"""No grid tries more workers than this, however many CPUs (autotune's own default cap)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -100,7 +102,7 @@ def _common(
 ) -> dict[str, Any]:
     """The knobs every grid shares: prefetch, persistence, training threads, AMP."""
     grid: dict[str, Any] = {
-        "num_workers": sorted(set(workers)),
+        "num_workers": sorted({min(w, MAX_WORKERS) for w in workers}),
         "prefetch_factor": [2, 4],
         "persistent_workers": [False, True],
         "batch_size": sorted(set(batch)),
