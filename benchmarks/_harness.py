@@ -70,6 +70,7 @@ class Harness:
         listener: Listener | None = None,
     ) -> None:
         self.config = config
+        self.profile = profile
         self.template = ProbeRequest(
             source=WorkloadSource(config_path=str(config.resolve())),
             settings=Settings(batch_size=1),

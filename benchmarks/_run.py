@@ -7,9 +7,11 @@ every trial of autotune's search, so a surprising verdict can be traced.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
 from autotune import Machine, Settings
 from autotune._progress import outcome
@@ -66,20 +68,30 @@ class _SearchProgress:
 def compute_configs(grid: Space) -> list[Settings]:
     """Configs for the compute ceiling: every batch size, thread count and AMP mode of
     the grid (the loader does not matter: batches are held in memory)."""
-    configs = []
-    for batch in grid.batch_size.values():
-        for threads in grid.threads.values():
-            for amp in grid.amp.values():
-                assert isinstance(batch, int) and isinstance(amp, str)
-                amp_mode: AmpMode = "bf16" if amp == "bf16" else "fp16" if amp == "fp16" else "off"
-                configs.append(
-                    Settings(
-                        batch_size=batch,
-                        threads=threads if isinstance(threads, int) else None,
-                        amp=amp_mode,
-                    )
-                )
-    return configs
+    return [
+        Settings(
+            batch_size=cast(int, batch),
+            threads=threads if isinstance(threads, int) else None,
+            amp=cast(AmpMode, amp),
+        )
+        for batch in grid.batch_size.values()
+        for threads in grid.threads.values()
+        for amp in grid.amp.values()
+    ]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Ceilings:
+    compute: list[Measured]
+    data: list[Measured]
+
+    @property
+    def best_compute(self) -> Measured:
+        return fastest(self.compute)
+
+    @property
+    def best_data(self) -> Measured:
+        return fastest(self.data)
 
 
 def run_workload(
@@ -101,111 +113,80 @@ def run_workload(
         )
         say(f"{label}: {measured.settings.describe()} [{measured.mode}] {figure}")
 
-    harness = Harness(workload.config, device=device, profile=profile, seed=seed, listener=listener)
+    def harness_for(config: Path) -> Harness:
+        return Harness(config, device=device, profile=profile, seed=seed, listener=listener)
+
+    harness = harness_for(workload.config)
     say(f"preparing: the data and one training step ({grid.size()} configs in the grid)")
     info = harness.check(Settings(batch_size=batch))
-
-    compute_sweep = [
-        harness.measure(s, "compute", "compute ceiling") for s in compute_configs(grid)
-    ]
-    batches = [b for b in grid.batch_size.values() if isinstance(b, int)]
-    data_sweep = [harness.measure(s, "data", "data ceiling") for s in loader_configs(grid, batches)]
-    best_compute, best_data = fastest(compute_sweep), fastest(data_sweep)
-
-    workers = [w for w in grid.num_workers.values() if isinstance(w, int)]
-    choices: dict[str, Choice] = {
-        "defaults": defaults(batch),
-        "rule of thumb": rule_of_thumb(batch, machine),
-        "greedy sweep": greedy_sweep(harness, batch, workers),
-        "loader-only": loader_only(data_sweep, batch),
-        "autotune": autotune_search(
-            workload.config, grid_space, seed, profile.search_options(), _SearchProgress(say)
-        ),
-    }
+    ceilings = _Ceilings(
+        compute=[harness.measure(s, "compute", "compute ceiling") for s in compute_configs(grid)],
+        data=[
+            harness.measure(s, "data", "data ceiling")
+            for s in loader_configs(grid, [cast(int, b) for b in grid.batch_size.values()])
+        ],
+    )
+    choices = _choose(workload, grid, grid_space, harness, ceilings, machine, batch, seed, say)
     choices["oracle"], grid_measured = oracle(harness, grid)
 
     entries = [
-        Entry(label=n, settings=choices[n].settings, mode="train", harness=harness)
-        for n in STRATEGIES
+        Entry(label=name, settings=choices[name].settings, mode="train", harness=harness)
+        for name in STRATEGIES
     ]
     entries.append(
         Entry(
-            label="compute ceiling", settings=best_compute.settings, mode="compute", harness=harness
+            label="compute ceiling",
+            settings=ceilings.best_compute.settings,
+            mode="compute",
+            harness=harness,
         )
     )
     entries.append(
-        Entry(label="data ceiling", settings=best_data.settings, mode="data", harness=harness)
+        Entry(
+            label="data ceiling", settings=ceilings.best_data.settings, mode="data", harness=harness
+        )
     )
     for reference in workload.references:
-        ref_harness = Harness(
-            reference.config, device=device, profile=profile, seed=seed, listener=listener
-        )
-        ref_harness.check(Settings(batch_size=batch))
+        other = harness_for(reference.config)
+        other.check(Settings(batch_size=batch))
+        oracle_settings = choices["oracle"].settings
         entries.append(
-            Entry(
-                label=reference.label,
-                settings=choices["oracle"].settings,
-                mode="train",
-                harness=ref_harness,
-            )
+            Entry(label=reference.label, settings=oracle_settings, mode="train", harness=other)
         )
     say(f"final: {profile.rounds} interleaved rounds")
     rounds = interleave(entries, profile.rounds, measure_entry)
-
-    def figures_of(entry: Entry) -> list[float]:
-        return rounds[entry.key()]
-
-    by_label = {e.label: figures_of(e) for e in entries}
+    by_label = {entry.label: rounds[entry.key()] for entry in entries}
     medians = {label: median(values) for label, values in by_label.items()}
     ceiling = min(medians["compute ceiling"], medians["data ceiling"])
-    search_s = {name: choices[name].search_s for name in STRATEGIES}
+
     verdicts = judge(
-        {n: medians[n] for n in STRATEGIES},
-        search_s,
+        {name: medians[name] for name in STRATEGIES},
+        {name: choices[name].search_s for name in STRATEGIES},
         ceiling,
         must_beat_baselines=workload.must_beat_baselines,
     )
     for verdict in verdicts:
         say(verdict.line())
-
-    rows = []
-    for name in STRATEGIES:
-        choice = choices[name]
-        rows.append(
-            {
-                "strategy": name,
-                "settings": choice.settings.to_dict(),
-                "describe": choice.settings.describe(),
-                "samples_per_s": medians[name],
-                "rounds": by_label[name],
-                "round_spread": spread(by_label[name]),
-                "vs_oracle": _ratio(medians[name], medians["oracle"]),
-                "vs_defaults": _ratio(medians[name], medians["defaults"]),
-                "of_ceiling": _ratio(medians[name], ceiling),
-                "search_s": choice.search_s,
-                "search_vs_oracle": _ratio(choice.search_s, choices["oracle"].search_s),
-                "probes": choice.probes,
-                "detail": choice.detail,
-            }
-        )
     return {
         "name": workload.name,
-        "config": str(workload.config.relative_to(workload.config.parents[2])),
+        "config": _relative(workload.config),
         "summary": workload.summary,
         "batch_size": batch,
         "device": device,
         "workload": info,
         "grid": {"space": grid_space, "size": grid.size(), "knobs": grid.describe()},
-        "strategies": rows,
+        "strategies": _rows(choices, by_label, medians, ceiling),
         "ceilings": {
-            "compute": _ceiling(best_compute, by_label["compute ceiling"], compute_sweep),
-            "data": _ceiling(best_data, by_label["data ceiling"], data_sweep),
+            "compute": _ceiling(
+                ceilings.best_compute, by_label["compute ceiling"], ceilings.compute
+            ),
+            "data": _ceiling(ceilings.best_data, by_label["data ceiling"], ceilings.data),
             "min": ceiling,
         },
         "references": [
             {
                 "label": reference.label,
-                "config": str(reference.config.relative_to(reference.config.parents[2])),
+                "config": _relative(reference.config),
                 "note": reference.note,
                 "settings": choices["oracle"].settings.to_dict(),
                 "samples_per_s": medians[reference.label],
@@ -222,6 +203,63 @@ def run_workload(
         "probes": harness.probes,
         "wall_s": time.perf_counter() - began,
     }
+
+
+def _choose(
+    workload: BenchWorkload,
+    grid: Space,
+    grid_space: dict[str, Any],
+    harness: Harness,
+    ceilings: _Ceilings,
+    machine: Machine,
+    batch: int,
+    seed: int,
+    say: Say,
+) -> dict[str, Choice]:
+    """Every strategy but the oracle: its choice and its search's cost."""
+    workers = [cast(int, w) for w in grid.num_workers.values()]
+    profile_options = harness.profile.search_options()
+    return {
+        "defaults": defaults(batch),
+        "rule of thumb": rule_of_thumb(batch, machine),
+        "greedy sweep": greedy_sweep(harness, batch, workers),
+        "loader-only": loader_only(ceilings.data, batch),
+        "autotune": autotune_search(
+            workload.config, grid_space, seed, profile_options, _SearchProgress(say)
+        ),
+    }
+
+
+def _rows(
+    choices: dict[str, Choice],
+    by_label: dict[str, list[float]],
+    medians: dict[str, float],
+    ceiling: float,
+) -> list[dict[str, Any]]:
+    """One row per strategy: its choice, its interleaved figures, its ratios and costs."""
+    return [
+        {
+            "strategy": name,
+            "settings": choices[name].settings.to_dict(),
+            "describe": choices[name].settings.describe(),
+            "samples_per_s": medians[name],
+            "rounds": by_label[name],
+            "round_spread": spread(by_label[name]),
+            "vs_oracle": _ratio(medians[name], medians["oracle"]),
+            "vs_defaults": _ratio(medians[name], medians["defaults"]),
+            "of_ceiling": _ratio(medians[name], ceiling),
+            "search_s": choices[name].search_s,
+            "search_vs_oracle": _ratio(choices[name].search_s, choices["oracle"].search_s),
+            "probes": choices[name].probes,
+            "detail": choices[name].detail,
+        }
+        for name in STRATEGIES
+    ]
+
+
+def _relative(config: Path) -> str:
+    """A config's path from the repository's root (benchmarks/workloads/NAME.py)."""
+    return config.relative_to(config.parents[2]).as_posix()
 
 
 def _ceiling(best: Measured, rounds: list[float], sweep: list[Measured]) -> dict[str, Any]:
