@@ -219,6 +219,10 @@ def _choose(
     """Every strategy but the oracle: its choice and its search's cost."""
     workers = [cast(int, w) for w in grid.num_workers.values()]
     profile_options = harness.profile.search_options()
+    if len(machine.gpus) > 1:
+        # Every other strategy trains one process on one device; so does autotune here
+        # (with several GPUs it would tune DDP ranks, another comparison).
+        profile_options["gpus"] = 0
     return {
         "defaults": defaults(batch),
         "rule of thumb": rule_of_thumb(batch, machine),
