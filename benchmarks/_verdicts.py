@@ -1,0 +1,125 @@
+"""The targets of the suite, judged on one workload's final (interleaved) figures.
+
+- autotune's choice >= 0.97 x the oracle's throughput;
+- autotune's search time <= 0.15 x the exhaustive grid's;
+- autotune's choice >= 0.90 x min(compute ceiling, data ceiling);
+- autotune's choice >= 0.98 x the defaults' (compute-bound included);
+- on io-bound and cpu-decode, clearly above every baseline that is not the
+  oracle: at least ``CLEAR_MARGIN`` above it, unless that baseline's config is
+  itself within ``CLEAR_MARGIN`` of the oracle's (no better config exists).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+VS_ORACLE = 0.97
+SEARCH_VS_GRID = 0.15
+VS_CEILING = 0.90
+VS_DEFAULTS = 0.98
+CLEAR_MARGIN = 0.03
+"""autotune's own default tolerance: the noise within which configs count as equal."""
+BASELINES = ("defaults", "rule of thumb", "greedy sweep", "loader-only")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Verdict:
+    """One target on one workload: the figure, the bound, and whether it holds."""
+
+    target: str
+    figure: float
+    bound: float
+    passed: bool
+    detail: str = ""
+
+    def line(self) -> str:
+        mark = "PASS" if self.passed else "FAIL"
+        text = f"{mark}  {self.target}: {self.figure:.3f} (bound {self.bound:g})"
+        return f"{text}; {self.detail}" if self.detail else text
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b > 0 else 0.0
+
+
+def judge(
+    medians: Mapping[str, float],
+    search_s: Mapping[str, float],
+    ceiling: float,
+    *,
+    must_beat_baselines: bool,
+) -> list[Verdict]:
+    """The verdicts for one workload.
+
+    Args:
+        medians: each strategy's interleaved median samples/s, by strategy name.
+        search_s: each strategy's search wall time, by strategy name.
+        ceiling: min(compute ceiling, data ceiling), interleaved medians.
+        must_beat_baselines: judge the "clearly above every baseline" target.
+    """
+    ours = medians["autotune"]
+    best = medians["oracle"]
+    verdicts = [
+        Verdict(
+            target="autotune >= 0.97 x oracle",
+            figure=_ratio(ours, best),
+            bound=VS_ORACLE,
+            passed=_ratio(ours, best) >= VS_ORACLE,
+        ),
+        Verdict(
+            target="search time <= 0.15 x grid",
+            figure=_ratio(search_s["autotune"], search_s["oracle"]),
+            bound=SEARCH_VS_GRID,
+            passed=_ratio(search_s["autotune"], search_s["oracle"]) <= SEARCH_VS_GRID,
+            detail=f"{search_s['autotune']:.0f} s vs {search_s['oracle']:.0f} s",
+        ),
+        Verdict(
+            target="autotune >= 0.90 x ceiling",
+            figure=_ratio(ours, ceiling),
+            bound=VS_CEILING,
+            passed=_ratio(ours, ceiling) >= VS_CEILING,
+            detail=f"oracle reaches {_ratio(best, ceiling):.3f}",
+        ),
+        Verdict(
+            target="autotune >= 0.98 x defaults",
+            figure=_ratio(ours, medians["defaults"]),
+            bound=VS_DEFAULTS,
+            passed=_ratio(ours, medians["defaults"]) >= VS_DEFAULTS,
+        ),
+    ]
+    if must_beat_baselines:
+        verdicts.append(beats_baselines(medians))
+    return verdicts
+
+
+def beats_baselines(medians: Mapping[str, float]) -> Verdict:
+    """autotune clearly above each baseline, or that baseline already at the oracle."""
+    ours, best = medians["autotune"], medians["oracle"]
+    worst_margin = float("inf")
+    notes = []
+    passed = True
+    for name in BASELINES:
+        theirs = medians[name]
+        margin = _ratio(ours, theirs)
+        worst_margin = min(worst_margin, margin)
+        if margin >= 1 + CLEAR_MARGIN:
+            continue
+        if _ratio(theirs, best) >= 1 - CLEAR_MARGIN:
+            notes.append(
+                f"{name} is already within {CLEAR_MARGIN:.0%} of the oracle ({margin:.3f}x)"
+            )
+        else:
+            passed = False
+            notes.append(f"not clearly above {name} ({margin:.3f}x)")
+    return Verdict(
+        target="clearly above every baseline",
+        figure=worst_margin,
+        bound=1 + CLEAR_MARGIN,
+        passed=passed,
+        detail="; ".join(notes) if notes else "lowest ratio to a baseline",
+    )

@@ -1,0 +1,203 @@
+"""The workloads of the suite, their reduced spaces, and the two run profiles.
+
+A workload is a config file under ``benchmarks/workloads/`` (the same contract
+as any user's config) plus what the benchmark needs to know about it: the
+reduced space that the oracle enumerates and autotune searches, and whether it
+must clearly beat every baseline.
+
+The reduced space is written as a ``space`` dict, exactly what a user would
+put in a config, and handed both to ``autotune.search(space=...)`` and to
+``build_space`` for the oracle's grid, so both search the same configs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from autotune import Machine, SearchOptions
+
+WORKLOADS_DIR = Path(__file__).parent / "workloads"
+MAX_WORKERS = 32
+"""No grid tries more workers than this, however many CPUs (autotune's own default cap)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Profile:
+    """How long to measure and how many configs to try: ``quick`` or ``full``."""
+
+    name: str
+    window_seconds: float
+    """One measuring window, for every probe of every strategy alike."""
+    max_windows: int
+    warmup_seconds: float
+    rounds: int
+    """Rounds of the interleaved final re-measurement."""
+
+    def search_options(self) -> dict[str, Any]:
+        """The measuring options autotune's search gets: only those that differ from its
+        defaults, so a full run is autotune exactly as a user runs it."""
+        defaults = SearchOptions()
+        options: dict[str, Any] = {}
+        for name in ("window_seconds", "max_windows", "warmup_seconds"):
+            if getattr(self, name) != getattr(defaults, name):
+                options[name] = getattr(self, name)
+        return options
+
+
+def full_profile() -> Profile:
+    """autotune's own default measuring, five interleaved rounds."""
+    defaults = SearchOptions()
+    return Profile(
+        name="full",
+        window_seconds=defaults.window_seconds,
+        max_windows=defaults.max_windows,
+        warmup_seconds=defaults.warmup_seconds,
+        rounds=5,
+    )
+
+
+def quick_profile() -> Profile:
+    """Half-length windows and warm-up for every probe (autotune's included), three rounds."""
+    defaults = SearchOptions()
+    return Profile(
+        name="quick",
+        window_seconds=defaults.window_seconds / 2,
+        max_windows=defaults.max_windows,
+        warmup_seconds=defaults.warmup_seconds / 2,
+        rounds=3,
+    )
+
+
+GridFn = Callable[[Profile, Machine], dict[str, Any]]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Reference:
+    """A config measured beside the strategies to show what lies outside the knobs."""
+
+    label: str
+    config: Path
+    note: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BenchWorkload:
+    """One workload of the suite."""
+
+    name: str
+    config: Path
+    summary: str
+    grid: GridFn
+    """The reduced space (a ``space`` dict) for a profile on a machine."""
+    must_beat_baselines: bool
+    """autotune must be clearly above every baseline but the oracle (io-bound, cpu-decode)."""
+    references: tuple[Reference, ...] = ()
+
+
+def _common(
+    profile: Profile, machine: Machine, workers: list[int], batch: list[int]
+) -> dict[str, Any]:
+    """The knobs every grid shares: prefetch, persistence, training threads, AMP."""
+    grid: dict[str, Any] = {
+        "num_workers": sorted({min(w, MAX_WORKERS) for w in workers}),
+        "prefetch_factor": [2, 4],
+        "persistent_workers": [False, True],
+        "batch_size": sorted(set(batch)),
+    }
+    if machine.accelerator == "cpu":
+        grid["threads"] = sorted({1, max(1, machine.cpus // 2), machine.cpus})
+    if profile.name == "quick":
+        # Quick runs fix what doubles the grid least informatively: AMP (at the machine's
+        # default, off) and persistence (on: cheap to keep, and never slower here).
+        grid["amp"] = "off"
+        grid["persistent_workers"] = True
+    return grid
+
+
+def _io_bound(profile: Profile, machine: Machine) -> dict[str, Any]:
+    c = machine.cpus
+    if profile.name == "quick":
+        return _common(profile, machine, [0, 2 * c, 4 * c, 8 * c], [32])
+    return _common(profile, machine, [0, c, 2 * c, 4 * c, 6 * c, 8 * c], [32, 64])
+
+
+def _cpu_bound_workers(profile: Profile, machine: Machine) -> list[int]:
+    c = machine.cpus
+    if profile.name == "quick":
+        return [0, max(1, c // 2), c, 2 * c]
+    return [0, max(1, c // 2), c, c + 1, 2 * c]
+
+
+def _cpu_decode(profile: Profile, machine: Machine) -> dict[str, Any]:
+    batch = [32] if profile.name == "quick" else [32, 64]
+    return _common(profile, machine, _cpu_bound_workers(profile, machine), batch)
+
+
+def _hdf5(profile: Profile, machine: Machine) -> dict[str, Any]:
+    batch = [32] if profile.name == "quick" else [32, 64]
+    return _common(profile, machine, _cpu_bound_workers(profile, machine), batch)
+
+
+def _compute_bound(profile: Profile, machine: Machine) -> dict[str, Any]:
+    c = machine.cpus
+    if profile.name == "quick":
+        return _common(profile, machine, [0, 1, c], [64])
+    return _common(profile, machine, [0, 1, c, 2 * c], [64, 128])
+
+
+WORKLOADS: tuple[BenchWorkload, ...] = (
+    BenchWorkload(
+        name="io-bound",
+        config=WORKLOADS_DIR / "io_bound.py",
+        summary="items wait 10 ms on simulated remote storage (CPU free); a small CNN",
+        grid=_io_bound,
+        must_beat_baselines=True,
+    ),
+    BenchWorkload(
+        name="cpu-decode",
+        config=WORKLOADS_DIR / "cpu_decode.py",
+        summary="JPEG files decoded and augmented with Pillow and numpy; a small CNN",
+        grid=_cpu_decode,
+        must_beat_baselines=True,
+    ),
+    BenchWorkload(
+        name="hdf5-chunked",
+        config=WORKLOADS_DIR / "hdf5_chunked.py",
+        summary="rows read at random from a chunked, gzip-compressed HDF5 file; an MLP",
+        grid=_hdf5,
+        must_beat_baselines=False,
+        references=(
+            Reference(
+                label="chunk-order reads",
+                config=WORKLOADS_DIR / "hdf5_chunk_order.py",
+                note=(
+                    "the same file read chunk by chunk (an IterableDataset), with the oracle's "
+                    "settings: what the access order is worth; no loader knob reaches it"
+                ),
+            ),
+        ),
+    ),
+    BenchWorkload(
+        name="compute-bound",
+        config=WORKLOADS_DIR / "compute_bound.py",
+        summary="rows of an in-memory tensor; a wide MLP that takes most of every step",
+        grid=_compute_bound,
+        must_beat_baselines=False,
+    ),
+)
+
+
+def find(names: list[str]) -> list[BenchWorkload]:
+    """The workloads called ``names`` (all when empty), in the suite's order.
+
+    Raises:
+        ValueError: a name that is not a workload of the suite.
+    """
+    known = {w.name: w for w in WORKLOADS}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown workloads {unknown}; the suite has {list(known)}.")
+    return [w for w in WORKLOADS if not names or w.name in names]

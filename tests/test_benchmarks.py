@@ -1,0 +1,242 @@
+"""The benchmark suite: every workload config trains for a few steps (so none of them
+rots), and the suite's decision rules and reports on made-up figures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune import Settings
+from autotune._machine import detect_machine
+from autotune._probe import ProbeRequest, WorkloadSource, run_probe
+from autotune._space import build_space
+from autotune._workload import load_config
+from benchmarks import _cli, _report
+from benchmarks._compare import Entry, interleave, median, spread
+from benchmarks._strategies import greedy_workers, loader_configs, with_workers
+from benchmarks._verdicts import judge
+from benchmarks._workloads import WORKLOADS, WORKLOADS_DIR, full_profile, quick_profile
+
+CONFIGS = sorted(WORKLOADS_DIR.glob("*.py"))
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The workloads' files for this test session, removed afterwards."""
+    return tmp_path_factory.mktemp("bench-data")
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.stem)
+def test_workload_config_trains_a_few_steps(config: Path, data_dir: Path) -> None:
+    workload = load_config(config).workload
+    settings = Settings(
+        batch_size=workload.batch_size, num_workers=1, prefetch_factor=2, persistent_workers=True
+    )
+    request = ProbeRequest(
+        source=WorkloadSource(config_path=str(config)),
+        settings=settings,
+        device="cpu",
+        window_seconds=0.1,
+        max_windows=2,
+        warmup_seconds=0.0,
+        stall_timeout=120.0,
+        env=(("AUTOTUNE_BENCH_DATA", str(data_dir)),),
+    )
+    result = run_probe(request)
+    assert result.ok, result.failure
+    assert len(result.figures.windows) == 2
+    assert all(w.samples >= workload.batch_size for w in result.figures.windows)
+
+
+def test_every_workload_is_a_config_of_the_suite() -> None:
+    configs = {w.config for w in WORKLOADS} | {r.config for w in WORKLOADS for r in w.references}
+    assert configs == set(CONFIGS)
+    assert [w.name for w in WORKLOADS] == [
+        "io-bound",
+        "cpu-decode",
+        "hdf5-chunked",
+        "compute-bound",
+    ]
+
+
+@pytest.mark.parametrize("workload", WORKLOADS, ids=lambda w: w.name)
+def test_grids_are_valid_spaces_and_quick_ones_are_small(workload: Any) -> None:
+    machine = detect_machine("cpu")
+    loaded = load_config(workload.config)
+    sizes = {}
+    for profile in (quick_profile(), full_profile()):
+        grid = workload.grid(profile, machine)
+        space = build_space({**loaded.space, **grid}, machine, loaded.workload.batch_size)
+        configs = list(space.configs())
+        assert len(configs) == space.size() == len({c.key() for c in configs})
+        assert all(space.contains(c) for c in configs)
+        assert 0 in space.num_workers.values()
+        sizes[profile.name] = space.size()
+    # A quick grid fits a 15-minute run; a full one is big enough for brute force to cost.
+    assert sizes["quick"] <= 24 and 4 * sizes["quick"] <= sizes["full"]
+
+
+def test_full_runs_search_with_autotunes_own_measuring_and_quick_ones_halve_it() -> None:
+    assert full_profile().search_options() == {}
+    assert quick_profile().search_options() == {"window_seconds": 0.25, "warmup_seconds": 0.25}
+
+
+def test_greedy_sweep_stops_at_the_first_step_that_does_not_pay() -> None:
+    curve = {0: 100.0, 1: 180.0, 2: 185.0, 4: 400.0}
+    seen = []
+
+    def measure(settings: Settings) -> float:
+        seen.append(settings.num_workers)
+        return curve[settings.num_workers]
+
+    chosen, steps = greedy_workers(measure, Settings(batch_size=8), [4, 0, 2, 1], min_gain=0.03)
+    # 2 workers gain under 3% over 1, so 4 (the real best) is never tried.
+    assert seen == [0, 1, 2]
+    assert chosen == with_workers(Settings(batch_size=8), 1)
+    assert chosen.prefetch_factor == 2 and not chosen.persistent_workers
+    assert steps == [(0, 100.0), (1, 180.0), (2, 185.0)]
+
+
+def test_loader_configs_cover_workers_prefetch_and_batch_once() -> None:
+    machine = detect_machine("cpu")
+    space = build_space(
+        {"num_workers": [0, 2], "prefetch_factor": [2, 4], "threads": [1, 2]}, machine, 16
+    )
+    configs = loader_configs(space, [16, 32])
+    assert len(configs) == 2 * (1 + 2)
+    assert {c.threads for c in configs} == {None}
+    assert all(c.persistent_workers == (c.num_workers > 0) for c in configs)
+
+
+def test_interleaving_measures_a_b_c_a_b_c_and_shares_equal_configs() -> None:
+    harness: Any = type("FakeHarness", (), {"config": Path("w.py")})()
+    a, b = Settings(batch_size=8), Settings(batch_size=8, num_workers=2, prefetch_factor=2)
+    entries = [
+        Entry(label="defaults", settings=a, mode="train", harness=harness),
+        Entry(label="autotune", settings=b, mode="train", harness=harness),
+        Entry(label="oracle", settings=b, mode="train", harness=harness),
+        Entry(label="data ceiling", settings=b, mode="data", harness=harness),
+    ]
+    order = []
+
+    def measure(entry: Entry, round_number: int) -> float:
+        order.append((entry.label, round_number))
+        return float(len(order))
+
+    figures = interleave(entries, 2, measure)
+    assert order == [
+        ("defaults", 1), ("autotune", 1), ("data ceiling", 1),
+        ("defaults", 2), ("autotune", 2), ("data ceiling", 2),
+    ]  # fmt: skip
+    assert figures[entries[2].key()] == figures[entries[1].key()] == [2.0, 5.0]
+    assert median([3.0, 1.0, 2.0]) == 2.0 and spread([90.0, 100.0, 110.0]) == pytest.approx(0.2)
+
+
+MEDIANS = {
+    "defaults": 100.0,
+    "rule of thumb": 150.0,
+    "greedy sweep": 180.0,
+    "loader-only": 160.0,
+    "autotune": 198.0,
+    "oracle": 200.0,
+}
+SEARCH = {name: 0.0 for name in MEDIANS} | {"autotune": 60.0, "oracle": 600.0}
+
+
+def test_verdicts_on_a_workload_that_meets_every_target() -> None:
+    verdicts = judge(MEDIANS, SEARCH, ceiling=210.0, must_beat_baselines=True)
+    assert [v.target for v in verdicts] == [
+        "autotune >= 0.97 x oracle",
+        "search time <= 0.15 x grid",
+        "autotune >= 0.90 x ceiling",
+        "autotune >= 0.98 x defaults",
+        "clearly above every baseline",
+    ]
+    assert all(v.passed for v in verdicts), [v.line() for v in verdicts]
+    assert verdicts[0].figure == pytest.approx(0.99)
+    assert verdicts[1].figure == pytest.approx(0.1)
+
+
+def test_verdicts_fail_with_the_figure_that_missed() -> None:
+    slow = MEDIANS | {"autotune": 150.0}
+    verdicts = {
+        v.target: v
+        for v in judge(slow, SEARCH | {"autotune": 120.0}, 300.0, must_beat_baselines=True)
+    }
+    assert not verdicts["autotune >= 0.97 x oracle"].passed
+    assert verdicts["search time <= 0.15 x grid"].figure == pytest.approx(0.2)
+    assert not verdicts["autotune >= 0.90 x ceiling"].passed
+    assert verdicts["autotune >= 0.98 x defaults"].passed
+    beaten = verdicts["clearly above every baseline"]
+    assert not beaten.passed and "greedy sweep" in beaten.detail
+
+
+def test_a_baseline_already_at_the_oracle_explains_a_tie() -> None:
+    tie = MEDIANS | {"greedy sweep": 199.0}
+    verdict = judge(tie, SEARCH, 210.0, must_beat_baselines=True)[-1]
+    assert verdict.passed
+    assert "greedy sweep is already within 3% of the oracle" in verdict.detail
+
+
+def _section(name: str) -> dict[str, Any]:
+    rows = [
+        {
+            "strategy": strategy,
+            "describe": "workers=0 batch=32",
+            "samples_per_s": value,
+            "vs_oracle": value / MEDIANS["oracle"],
+            "vs_defaults": value / MEDIANS["defaults"],
+            "of_ceiling": value / 210.0,
+            "search_s": SEARCH[strategy],
+            "search_vs_oracle": SEARCH[strategy] / SEARCH["oracle"],
+            "round_spread": 0.05,
+        }
+        for strategy, value in MEDIANS.items()
+    ]
+    ceiling = {"describe": "workers=0 batch=32", "samples_per_s": 210.0, "rounds": [200.0, 210.0]}
+    return {
+        "name": name,
+        "summary": "made-up figures",
+        "batch_size": 32,
+        "device": "cpu",
+        "grid": {"size": 12},
+        "strategies": rows,
+        "ceilings": {"compute": ceiling, "data": ceiling | {"samples_per_s": 400.0}, "min": 210.0},
+        "references": [],
+        "verdicts": [v.to_dict() for v in judge(MEDIANS, SEARCH, 210.0, must_beat_baselines=True)],
+    }
+
+
+def test_reports_show_every_strategy_and_verdict(tmp_path: Path) -> None:
+    section = _section("io-bound")
+    table = _report.text_table(section)
+    assert all(name in table for name in MEDIANS)
+    assert "PASS  autotune >= 0.97 x oracle: 0.990" in table
+    results = {
+        "date": "2026-01-02",
+        "host": "box",
+        "mode": "quick",
+        "machine": detect_machine("cpu").to_dict(),
+        "versions": {"torch": "x", "autotune": "y"},
+        "commit": None,
+        "dirty": False,
+        "seed": 0,
+        "profile": {"rounds": 3, "window_seconds": 0.25},
+        "wall_s": 60.0,
+        "workloads": [section, {"name": "cpu-decode", "error": "RuntimeError: broken"}],
+    }
+    json_path, md_path = _report.write(results, tmp_path / "results", tmp_path / "RESULTS.md")
+    assert json_path.name == "2026-01-02-box.json"
+    assert json.loads(json_path.read_text())["workloads"][0]["name"] == "io-bound"
+    page = (tmp_path / "RESULTS.md").read_text()
+    assert "(results/2026-01-02-box.json)" in page
+    assert "| io-bound | PASS 0.990 |" in page and "FAILED: RuntimeError: broken" in page
+    assert md_path.read_text().startswith("# Benchmark results: 2026-01-02, box (quick mode)")
+
+
+def test_cli_refuses_an_unknown_workload(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _cli.main(["--workloads", "io-bound,tape-drive"]) == 2
+    assert "unknown workloads ['tape-drive']" in capsys.readouterr().err
