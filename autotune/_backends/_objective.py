@@ -139,9 +139,9 @@ class Objective:
     def _probe(self, trial: optuna.Trial, settings: Settings, *, prunable: bool) -> ProbeResult:
         request = dataclasses.replace(self.plan.template, settings=settings, mode="train")
 
-        def on_window(window: Window, windows: list[Window]) -> bool:
-            value = Figures(windows=tuple(windows)).samples_per_s
-            trial.report(value, len(windows))
+        def on_window(window: Window, so_far: Figures) -> bool:
+            value = so_far.samples_per_s
+            trial.report(value, len(so_far.windows))
             self.plan.progress.window(trial.number, window, value)
             if self.interrupted.is_set():
                 return False
