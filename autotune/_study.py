@@ -12,6 +12,8 @@ trial attributes
     ``autotune.settings``  the whole config the trial measured
     ``autotune.figures``   its figures (windows included)
     ``autotune.failure``   why it failed
+    ``autotune.backend``   who ran it: optuna (in the search's process) or ray
+    ``autotune.node``      with ray: the node it ran on (hostname, Ray node id)
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ FIGURES = "autotune.figures"
 FAILURE = "autotune.failure"
 GROUP = "autotune.group"
 BACKEND = "autotune.backend"
+NODE = "autotune.node"
 DUPLICATE_OF = "autotune.duplicate_of"
 
 DEFAULT_DIR = Path("studies")
