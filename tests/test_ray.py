@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
+from pathlib import Path
 
 import psutil
 import pytest
@@ -13,7 +15,10 @@ from autotune import ConfigError, MissingExtraError, SearchOptions
 from autotune._backends import get_backend
 from autotune._backends._ray import RaySession, trial_resources
 from autotune._backends._ray_record import failure_of
+from autotune._backends._ray_trial import TrialSpec, on_this_node
 from autotune._machine import usable_cpus
+from autotune._probe import ProbeRequest, WorkloadSource
+from autotune._settings import Settings
 from autotune.cli import main
 
 GPU_NODE = {"CPU": 64.0, "GPU": 8.0}
@@ -118,3 +123,30 @@ def test_a_local_ray_listens_on_the_loopback_only_and_stops() -> None:
     assert not ray.is_initialized()
     assert not os.path.exists(session.storage)
     assert os.environ.get("RAY_AUTH_MODE") == before
+
+
+def test_a_trial_takes_its_node_s_gpu_memory_share_and_config_copy(monkeypatch, tmp_path) -> None:
+    config = tmp_path / "config.py"
+    config.write_text("batch_size = 8\n")
+    template = ProbeRequest(
+        source=WorkloadSource(config_path=str(config)),
+        settings=Settings(batch_size=8),
+        device="cuda:1",
+    )
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")  # the GPU Ray gave this trial
+    request = on_this_node(TrialSpec(template=template, config_text=None, memory_share=0.2))
+    assert request.device == "cuda"  # the only GPU this trial sees
+    assert ("CUDA_VISIBLE_DEVICES", "5") in request.env
+    expected = psutil.virtual_memory().available * 0.2
+    assert request.memory_limit == pytest.approx(expected, rel=0.1)
+
+    # The config travels by value: a node with the same file uses it, another gets a copy.
+    def shipped(text: str) -> Path:
+        spec = TrialSpec(template=template, config_text=text, memory_share=None)
+        return Path(on_this_node(spec).source.config_path)
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "node"))
+    assert shipped("batch_size = 8\n") == config
+    copy = shipped("batch_size = 16\n")
+    assert copy.parent.parent == tmp_path / "node" / "autotune-configs"
+    assert copy.name == "config.py" and copy.read_text() == "batch_size = 16\n"

@@ -90,7 +90,7 @@ def trial_resources(
         at_once = min(fit, concurrent or fit)
         share = min(cpus / min(n["CPU"] for n in gpu_nodes), 1.0)
         note = (
-            f"each trial takes 1 GPU and {cpus} CPUs (a DDP rank's share: a node's CPUs / its "
+            f"each trial takes 1 GPU and {_cpus(cpus)} (a DDP rank's share: a node's CPUs / its "
             f"GPUs); {at_once} at once"
         )
         return TrialResources(cpus=cpus, gpus=1, at_once=at_once, memory_share=share, note=note)
@@ -101,17 +101,21 @@ def trial_resources(
     at_once = min(fit, concurrent or fit)
     if per_node == 1:
         note = (
-            f"CPU only: each trial takes a whole node's {node_cpus} CPUs, so trials run one at "
-            "a time on each node (trials sharing cores would corrupt each other's figures); "
+            f"CPU only: each trial takes a whole node's {_cpus(node_cpus)}, so trials run one "
+            "at a time on each node (trials sharing cores would corrupt each other's figures); "
             f"{at_once} at once"
         )
     else:
         note = (
-            f"CPU only: {per_node} trials share each node's {node_cpus} CPUs ({cpus} each), as "
+            f"CPU only: {per_node} trials share each node's {_cpus(node_cpus)} ({cpus} each), as "
             f"concurrent={concurrent} asks; their figures will disturb each other"
         )
     share = min(cpus / node_cpus, 1.0)
     return TrialResources(cpus=cpus, gpus=0, at_once=at_once, memory_share=share, note=note)
+
+
+def _cpus(count: int) -> str:
+    return "1 CPU" if count == 1 else f"{count} CPUs"
 
 
 class RaySession:
