@@ -35,6 +35,7 @@ from typing import Any
 
 from autotune._backends import ExplorePlan
 from autotune._backends._objective import enqueue_group, enqueue_warm_starts
+from autotune._backends._ray_trial import TrialSpec, run_trial
 from autotune._errors import ConfigError, MissingExtraError
 from autotune._settings import Settings
 from autotune._study import quiet_optuna
@@ -237,7 +238,6 @@ class RayBackend:
             StudySearch,
             TrialBook,
         )
-        from autotune._backends._ray_trial import run_trial
 
         book = TrialBook(
             plan,
@@ -289,8 +289,7 @@ class RayBackend:
         book.reconcile(grid[i] for i in range(len(grid)))
 
 
-def _spec(plan: ExplorePlan, resources: TrialResources) -> Any:
-    from autotune._backends._ray_trial import TrialSpec
+def _spec(plan: ExplorePlan, resources: TrialResources) -> TrialSpec:
     from autotune._search import MEMORY_SHARE
 
     template = plan.template

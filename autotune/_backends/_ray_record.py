@@ -51,6 +51,7 @@ class _Running:
     figures: Figures = dataclasses.field(default_factory=Figures)
     failure: Failure | None = None
     node: dict[str, Any] | None = None
+    started: bool = False
     pruned: bool = False
 
 
@@ -113,6 +114,7 @@ class TrialBook:
     def started(self, tune_id: str) -> None:
         running = self._by_tune_id.get(tune_id)
         if running is not None:
+            running.started = True
             self.plan.progress.trial_started(running.trial.number, running.role, running.settings)
 
     def reported(self, tune_id: str, result: dict[str, Any]) -> None:
@@ -146,7 +148,11 @@ class TrialBook:
         report_windows(running.trial, running.figures)
         complete = len(running.figures.windows) >= self.plan.template.max_windows
         if failure is None and not complete and not running.pruned:
-            message = "not finished: the search ended while it ran"
+            message = (
+                "not finished: the search ended while it ran"
+                if running.started
+                else "not run: the search ended before this trial started"
+            )
             self._tell(running, self.rules.interrupted(running.trial, message))
             return
         result = ProbeResult(
