@@ -7,6 +7,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import fake_nvml
 import psutil
 import pytest
 from ray import exceptions
@@ -27,26 +28,28 @@ SMALL_GPU_NODE = {"CPU": 48.0, "GPU": 4.0}
 
 
 @pytest.mark.parametrize(
-    ("nodes", "device", "concurrent", "cpus", "gpus", "at_once", "share"),
+    ("nodes", "device", "concurrent", "ranks", "cpus", "gpus", "at_once", "share"),
     [
         # A DDP rank's share: the node's CPUs / its GPUs, one GPU each.
-        ([GPU_NODE], "cuda", None, 8, 1, 8, 1 / 8),
-        ([GPU_NODE], "cuda:1", 3, 8, 1, 3, 1 / 8),
+        ([GPU_NODE], "cuda", None, None, 8, 1, 8, 1 / 8),
+        ([GPU_NODE], "cuda:1", 3, None, 8, 1, 3, 1 / 8),
         # A CPU-only head takes no GPU trial; the GPU nodes' share decides.
-        ([CPU_HEAD, SMALL_GPU_NODE, SMALL_GPU_NODE], "cuda", None, 12, 1, 8, 12 / 48),
+        ([CPU_HEAD, SMALL_GPU_NODE, SMALL_GPU_NODE], "cuda", None, None, 12, 1, 8, 12 / 48),
         # Fewer CPUs than GPUs still gives each trial a CPU, and every GPU a trial.
-        ([{"CPU": 6.0, "GPU": 4.0}], "cuda", None, 1, 1, 4, 1 / 6),
+        ([{"CPU": 6.0, "GPU": 4.0}], "cuda", None, None, 1, 1, 4, 1 / 6),
         # CPU only: a whole node each, so one trial at a time on each node...
-        ([{"CPU": 2.0}], "cpu", None, 2, 0, 1, 1.0),
-        ([{"CPU": 1.0}, {"CPU": 1.0}], "cpu", None, 1, 0, 2, 1.0),
+        ([{"CPU": 2.0}], "cpu", None, None, 2, 0, 1, 1.0),
+        ([{"CPU": 1.0}, {"CPU": 1.0}], "cpu", None, None, 1, 0, 2, 1.0),
+        # ...or a rank's share when tuning for several CPU ranks per node...
+        ([{"CPU": 8.0}], "cpu", None, 2, 4, 0, 2, 1 / 2),
         # ...unless more at once are asked for: they share the node's CPUs.
-        ([{"CPU": 8.0}], "cpu", 4, 2, 0, 4, 1 / 4),
+        ([{"CPU": 8.0}], "cpu", 4, None, 2, 0, 4, 1 / 4),
     ],
 )
 def test_each_trial_asks_for_what_one_rank_would_have(
-    nodes, device, concurrent, cpus, gpus, at_once, share
+    nodes, device, concurrent, ranks, cpus, gpus, at_once, share
 ) -> None:
-    resources = trial_resources(nodes, device, concurrent)
+    resources = trial_resources(nodes, device, concurrent, ranks)
     assert (resources.cpus, resources.gpus, resources.at_once) == (cpus, gpus, at_once)
     assert resources.memory_share == pytest.approx(share)
 
@@ -133,10 +136,13 @@ def test_a_trial_takes_its_node_s_gpu_memory_share_and_config_copy(monkeypatch, 
         settings=Settings(batch_size=8),
         device="cuda:1",
     )
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")  # the GPU Ray gave this trial
+    a100s = fake_nvml.two_a100s()
+    fake_nvml.install(monkeypatch, a100s)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")  # the GPU Ray gave this trial
     request = on_this_node(TrialSpec(template=template, config_text=None, memory_share=0.2))
-    assert request.device == "cuda"  # the only GPU this trial sees
-    assert ("CUDA_VISIBLE_DEVICES", "5") in request.env
+    assert request.device == "cuda:0"  # the only GPU this trial sees...
+    assert ("CUDA_VISIBLE_DEVICES", a100s[1].uuid) in request.env  # ...pinned by its UUID
+    assert request.monitor_gpus == (a100s[1].uuid,)  # and its figures read through NVML
     expected = psutil.virtual_memory().available * 0.2
     assert request.memory_limit == pytest.approx(expected, rel=0.1)
 

@@ -69,9 +69,13 @@ class TrialResources:
 
 
 def trial_resources(
-    nodes: Sequence[Mapping[str, float]], device: str, concurrent: int | None
+    nodes: Sequence[Mapping[str, float]],
+    device: str,
+    concurrent: int | None,
+    ranks: int | None = None,
 ) -> TrialResources:
-    """Each trial's resources on a cluster of ``nodes`` (Ray's resource totals per node).
+    """Each trial's resources on a cluster of ``nodes`` (Ray's resource totals per node),
+    for ``ranks`` DDP ranks per node on CPU (default 1).
 
     Raises:
         ConfigError: the trials need a GPU and no node has one, or no node has a CPU.
@@ -96,7 +100,9 @@ def trial_resources(
         )
         return TrialResources(cpus=cpus, gpus=1, at_once=at_once, memory_share=share, note=note)
     node_cpus = int(min(n["CPU"] for n in nodes))
-    per_node = 1 if concurrent is None else max(1, math.ceil(concurrent / len(nodes)))
+    per_node = ranks or 1
+    if concurrent is not None and concurrent > per_node * len(nodes):
+        per_node = math.ceil(concurrent / len(nodes))
     cpus = max(1, node_cpus // per_node)
     fit = sum(int(n["CPU"] // cpus) for n in nodes)
     at_once = min(fit, concurrent or fit)
@@ -105,6 +111,11 @@ def trial_resources(
             f"CPU only: each trial takes a whole node's {_cpus(node_cpus)}, so trials run one "
             "at a time on each node (trials sharing cores would corrupt each other's figures); "
             f"{at_once} at once"
+        )
+    elif per_node == ranks:
+        note = (
+            f"CPU only: each trial takes a DDP rank's share of a node, {_cpus(cpus)} "
+            f"({ranks} ranks per node), side by side as the ranks will run; {at_once} at once"
         )
     else:
         note = (
@@ -198,7 +209,9 @@ class RayBackend:
             plan.progress.message(f"ray: {self._session.summary()}")
         if self._resources is None:
             nodes = [n["Resources"] for n in self._session.nodes]
-            self._resources = trial_resources(nodes, plan.template.device, plan.options.concurrent)
+            self._resources = trial_resources(
+                nodes, plan.template.device, plan.options.concurrent, plan.options.ranks
+            )
             plan.progress.message(f"ray: {self._resources.note}")
         return self._session, self._resources
 

@@ -85,15 +85,28 @@ def on_this_node(spec: TrialSpec) -> ProbeRequest:
         path = local_config(Path(request.source.config_path), spec.config_text)
         request = dataclasses.replace(request, source=WorkloadSource(config_path=str(path)))
     if request.device.startswith("cuda"):
-        # Ray gave this trial one GPU and names it in CUDA_VISIBLE_DEVICES: it is cuda:0 here.
-        env = dict(request.env)
-        if "CUDA_VISIBLE_DEVICES" in os.environ:
-            env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
-        request = dataclasses.replace(request, device="cuda", env=tuple(env.items()))
+        request = _on_ray_gpu(request)
     if spec.memory_share is not None:
         limit = int(psutil.virtual_memory().available * spec.memory_share)
         request = dataclasses.replace(request, memory_limit=limit)
     return request
+
+
+def _on_ray_gpu(request: ProbeRequest) -> ProbeRequest:
+    """The request pinned to the GPU Ray gave this trial (its CUDA_VISIBLE_DEVICES), as a
+    one-rank slot: cuda:0 in the probe, watched through NVML by its UUID."""
+    from autotune._gpu import discover
+    from autotune._placement import Slot
+
+    gpus = discover().gpus
+    if len(gpus) == 1:
+        return Slot(index=0, device="cuda:0", cpus=None, gpu=gpus[0]).apply(request)
+    env = dict(request.env)  # not seen through NVML: pass Ray's choice on as it is
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
+    return dataclasses.replace(
+        request, device="cuda:0", cpus=None, env=tuple(env.items()), monitor_gpus=()
+    )
 
 
 def local_config(path: Path, text: str) -> Path:
