@@ -126,6 +126,16 @@ class _Storage(optuna.storages.RDBStorage):
         with self._state_lock:
             return super().set_trial_state_values(trial_id, state, values)
 
+    # Pickled like Optuna's own storage (Ray Tune pickles the searcher that holds it).
+    def __getstate__(self) -> dict[Any, Any]:
+        state = super().__getstate__()
+        del state["_state_lock"]
+        return state
+
+    def __setstate__(self, state: dict[Any, Any]) -> None:
+        super().__setstate__(state)
+        self._state_lock = threading.Lock()
+
 
 def storage(path: Path, *, must_exist: bool) -> optuna.storages.RDBStorage:
     """Open (or create) the SQLite storage at ``path``.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 import sys
 import tempfile
 from pathlib import Path
@@ -20,6 +21,7 @@ from autotune._backends._ray_trial import TrialSpec, on_this_node
 from autotune._machine import usable_cpus
 from autotune._probe import ProbeRequest, WorkloadSource
 from autotune._settings import Settings
+from autotune._study import open_study
 from autotune.cli import main
 
 GPU_NODE = {"CPU": 64.0, "GPU": 8.0}
@@ -156,3 +158,10 @@ def test_a_trial_takes_its_node_s_gpu_memory_share_and_config_copy(monkeypatch, 
     copy = shipped("batch_size = 16\n")
     assert copy.parent.parent == tmp_path / "node" / "autotune-configs"
     assert copy.name == "config.py" and copy.read_text() == "batch_size = 16\n"
+
+
+def test_a_study_s_storage_pickles(tmp_path) -> None:
+    # Ray Tune pickles its searcher, which holds the study and its storage.
+    study = open_study(tmp_path / "s.db", "s", create=True)
+    copy = pickle.loads(pickle.dumps(study._storage))
+    assert copy.get_all_studies()[0].study_name == "s"
