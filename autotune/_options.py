@@ -10,6 +10,7 @@ from typing import Any
 from autotune._errors import ConfigError
 
 _UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+BACKENDS = ("optuna", "ray")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -56,6 +57,12 @@ class SearchOptions:
     (default: DDP-probe the winner only)."""
     ddp_knobs: bool = True
     """With several ranks, tune the DDP keywords that matter for the model, measured."""
+    backend: str = "optuna"
+    """Who runs the trials: "optuna" (in this process) or "ray" (Ray Tune, local or a cluster)."""
+    address: str | None = None
+    """backend "ray": the cluster to join ("auto" or HOST:PORT); None starts a local Ray."""
+    concurrent: int | None = None
+    """backend "ray": at most this many trials at once; None: as many as the resources allow."""
 
     def __post_init__(self) -> None:
         positive = {
@@ -91,6 +98,24 @@ class SearchOptions:
         from autotune._gpu import parse_spec
 
         parse_spec(self.gpus)
+        if self.backend not in BACKENDS:
+            raise ConfigError(
+                f"search option backend is {self.backend!r}; expected one of {list(BACKENDS)}."
+            )
+        if self.concurrent is not None and (
+            isinstance(self.concurrent, bool)
+            or not isinstance(self.concurrent, int)
+            or self.concurrent < 1
+        ):
+            raise ConfigError(
+                f"search option concurrent is {self.concurrent!r}; expected a whole number >= 1."
+            )
+        for name in ("address", "concurrent"):
+            if getattr(self, name) is not None and self.backend != "ray":
+                raise ConfigError(
+                    f"search option {name} is for backend 'ray', but backend is "
+                    f"{self.backend!r}; add backend='ray' (--backend ray)."
+                )
         if self.warmup_seconds < 0:
             raise ConfigError(
                 f"search option warmup_seconds is {self.warmup_seconds}; expected >= 0."

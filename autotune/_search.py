@@ -15,7 +15,7 @@ from typing import Any
 import optuna
 import psutil
 
-from autotune._backends import ExplorePlan, get_backend
+from autotune._backends import Backend, ExplorePlan, get_backend
 from autotune._ceilings import Ceilings, measure_ceilings
 from autotune._choose import Candidate, cheapest_within, finalists
 from autotune._ddp import DdpResult, planned_probes, run_ddp_stage
@@ -42,7 +42,8 @@ from autotune._study import (
 )
 from autotune._workload import Workload, ensure_picklable, load_config
 
-_MEMORY_SHARE = 0.8
+MEMORY_SHARE = 0.8
+"""Of the memory available at the start, what a search's trials may use by default."""
 _CEILING_PROBES = 5
 """At most: compute and data of the winner and of the default loader, and the loader limit."""
 _WORKLOAD_IDENTITY = ("dataset_type", "dataset_length", "model_type", "parameters")
@@ -63,7 +64,6 @@ def search(
     name: str | None = None,
     space: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
-    backend: str = "optuna",
     **options: Any,
 ) -> SearchResult:
     """Tune a DataLoader by measuring short real trainings, and return the best settings.
@@ -84,8 +84,8 @@ def search(
         name: names the study by default.
         space: knobs to fix or narrow (``{"num_workers": [0, 2, 4], "echo": [1, 2]}``).
         progress: receives the search's events; default silent.
-        backend: "optuna" (embedded).
-        **options: :class:`SearchOptions` fields (trials, timeout, study, seed, ...).
+        **options: :class:`SearchOptions` fields (trials, timeout, study, seed, ...;
+            ``backend="ray"`` with ``address`` and ``concurrent`` runs the trials on Ray Tune).
 
     Returns:
         The chosen settings, their figures, and ``.loader(dataset)``.
@@ -129,7 +129,6 @@ def search(
         user_space,
         search_options,
         progress=progress or QuietProgress(),
-        backend=backend,
     )
 
 
@@ -139,10 +138,22 @@ def run_search(
     options: SearchOptions,
     *,
     progress: Progress,
-    backend: str = "optuna",
 ) -> SearchResult:
     """Run every stage of a search for an already-validated workload."""
-    runner = get_backend(backend)
+    runner = get_backend(options.backend)
+    try:
+        return _run_stages(workload, user_space, options, progress, runner)
+    finally:
+        runner.close()
+
+
+def _run_stages(
+    workload: Workload,
+    user_space: Mapping[str, Any],
+    options: SearchOptions,
+    progress: Progress,
+    runner: Backend,
+) -> SearchResult:
     discovery = discover()
     try:
         placement = plan_placement(
@@ -371,7 +382,7 @@ def _affinity() -> list[int]:
 
 
 def _default_memory_limit() -> int:
-    return int(psutil.virtual_memory().available * _MEMORY_SHARE)
+    return int(psutil.virtual_memory().available * MEMORY_SHARE)
 
 
 def _workload_message(workload: Workload, failure: Failure, *, every_config: bool) -> str:

@@ -12,6 +12,8 @@ trial attributes
     ``autotune.settings``  the whole config the trial measured
     ``autotune.figures``   its figures (windows included)
     ``autotune.failure``   why it failed
+    ``autotune.backend``   who ran it: optuna (in the search's process) or ray
+    ``autotune.node``      with ray: the node it ran on (hostname, Ray node id)
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ FIGURES = "autotune.figures"
 FAILURE = "autotune.failure"
 GROUP = "autotune.group"
 BACKEND = "autotune.backend"
+NODE = "autotune.node"
 DUPLICATE_OF = "autotune.duplicate_of"
 
 DEFAULT_DIR = Path("studies")
@@ -122,6 +125,16 @@ class _Storage(optuna.storages.RDBStorage):
     ) -> bool:
         with self._state_lock:
             return super().set_trial_state_values(trial_id, state, values)
+
+    # Pickled like Optuna's own storage (Ray Tune pickles the searcher that holds it).
+    def __getstate__(self) -> dict[Any, Any]:
+        state = super().__getstate__()
+        del state["_state_lock"]
+        return state
+
+    def __setstate__(self, state: dict[Any, Any]) -> None:
+        super().__setstate__(state)
+        self._state_lock = threading.Lock()
 
 
 def storage(path: Path, *, must_exist: bool) -> optuna.storages.RDBStorage:

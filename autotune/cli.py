@@ -1,7 +1,8 @@
 """The command line: a thin layer over the library.
 
     autotune search CONFIG [--trials N] [--timeout S] [--study NAME_OR_PATH] [--seed N]
-                           [--gpus 0,1] [--ranks N] [--resume] [--debug]
+                           [--gpus 0,1] [--ranks N] [--resume] [--backend optuna|ray]
+                           [--address auto|HOST:PORT] [--concurrent N] [--debug]
     autotune show STUDY
     autotune export STUDY [-o settings.json]
     autotune report STUDY [-o report.html] [--format html|md]
@@ -50,6 +51,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     search.add_argument(
         "--ranks", type=int, help="DDP ranks on CPU (on GPUs: one per selected GPU)"
+    )
+    search.add_argument(
+        "--backend",
+        choices=("optuna", "ray"),
+        help="who runs the trials: optuna in this process (default), or Ray Tune",
+    )
+    search.add_argument(
+        "--address",
+        metavar="auto|HOST:PORT",
+        help="with --backend ray: the Ray cluster to join (default: start a local Ray)",
+    )
+    search.add_argument(
+        "--concurrent",
+        type=int,
+        metavar="N",
+        help="with --backend ray: at most N trials at once (default: as many as fit)",
     )
 
     show = commands.add_parser("show", help="the best settings and the trials of a study")
@@ -129,6 +146,9 @@ def _search(args: argparse.Namespace) -> int:
             resume=args.resume or None,
             gpus=args.gpus,
             ranks=args.ranks,
+            backend=args.backend,
+            address=args.address,
+            concurrent=args.concurrent,
         )
     print("\n".join(result_lines(result)))
     print("\n".join(diagnosis_lines(diagnose(result))))

@@ -47,18 +47,32 @@ def write_config(workdir: Path) -> Callable[..., Path]:
     return write
 
 
+def _is_helper(process: psutil.Process) -> bool:
+    """A long-lived helper: a fork server or resource tracker that a fork server did not
+    start (probes, forked from a fork server, share its command line), or one of Ray's
+    own processes (its servers and workers, in the Ray tests)."""
+    argv = process.cmdline()
+    if process.name() in ("raylet", "gcs_server") or (argv and argv[0].startswith("ray::")):
+        return True
+    if any(arg.endswith(".py") and f"{os.sep}ray{os.sep}" in arg for arg in argv):
+        return True  # Ray's monitors and agents
+    cmdline = " ".join(argv)
+    if "forkserver" not in cmdline and "resource_tracker" not in cmdline:
+        return False
+    parent = process.parent()
+    return parent is None or "forkserver" not in " ".join(parent.cmdline())
+
+
 def _probe_processes() -> list[psutil.Process]:
-    """Processes started by probes: every descendant of this process except the
-    long-lived helpers themselves (the fork server, the resource tracker)."""
-    helpers = set()
-    for child in psutil.Process().children():
+    """Processes started by probes: every descendant of this process but the helpers."""
+    leftovers = []
+    for process in psutil.Process().children(recursive=True):
         try:
-            cmdline = " ".join(child.cmdline())
+            if not _is_helper(process):
+                leftovers.append(process)
         except psutil.Error:
             continue
-        if "forkserver" in cmdline or "resource_tracker" in cmdline:
-            helpers.add(child.pid)
-    return [p for p in psutil.Process().children(recursive=True) if p.pid not in helpers]
+    return leftovers
 
 
 @pytest.fixture(autouse=True)
@@ -77,6 +91,8 @@ def quick(**overrides: object) -> dict[str, object]:
 
 
 os.environ.setdefault("PYTHONHASHSEED", "0")
+# A local Ray otherwise turns token authentication on and writes a token under ~/.ray.
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -78,8 +78,8 @@ def test_iterable_dataset_runs_across_epochs() -> None:
 def test_stopping_after_the_first_window_prunes_the_probe() -> None:
     seen = []
 
-    def on_window(window, windows):
-        seen.append(window.index)
+    def on_window(window, so_far):
+        seen.append((window.index, so_far))
         return False
 
     result = run_probe(
@@ -90,8 +90,13 @@ def test_stopping_after_the_first_window_prunes_the_probe() -> None:
     assert result.stopped
     # The window under way when the stop arrives is abandoned at its next step.
     assert len(result.figures.windows) == 1
-    assert seen == [0]
+    assert [index for index, _ in seen] == [0]
     assert result.figures.wall_s < 10
+    # The figures so far are whole: a remote pruner that kills the probe keeps them.
+    so_far = seen[0][1]
+    assert so_far.windows == result.figures.windows
+    assert so_far.startup_s == result.figures.startup_s is not None
+    assert so_far.peak_memory_bytes and so_far.wall_s > 0
 
 
 def test_check_mode_describes_the_workload() -> None:

@@ -148,3 +148,17 @@ def not_a_dataset() -> int:
 
 def not_a_model() -> str:
     return "resnet"
+
+
+class RayWorkerKillingDataset(SleepyDataset):
+    """Under Ray, kills the Ray worker running the probe (as a lost node would); elsewhere
+    (the search's own preflight) an ordinary dataset."""
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        import psutil
+
+        for ancestor in psutil.Process().parents():
+            if ancestor.name().startswith("ray::"):
+                ancestor.kill()
+                time.sleep(60)  # the probe ends with its worker
+        return super().__getitem__(index)

@@ -1,8 +1,9 @@
 """Backends: who proposes configs and prunes the slow ones.
 
 A backend receives an :class:`ExplorePlan` and runs trials into the plan's
-Optuna study. The embedded backend runs Optuna in this process; others (Ray
-Tune) run the same probes elsewhere but record into the same study.
+Optuna study. The embedded backend runs Optuna in this process; the Ray
+backend runs the same probes on Ray Tune (local or a cluster) and records
+them into the same study, in the same format.
 """
 
 from __future__ import annotations
@@ -51,16 +52,28 @@ class Backend(Protocol):
         """Measure each config fully (no pruning) as trials tagged with a new group id;
         returns the group id."""
 
+    def close(self) -> None:
+        """Release what the backend holds (a Ray session); called once, at the end."""
+
 
 def get_backend(name: str) -> Backend:
-    """The backend called ``name``."""
+    """The backend called ``name``.
+
+    Raises:
+        ConfigError: no backend has that name.
+        MissingExtraError: the backend's optional dependency is not installed.
+    """
     from autotune._errors import ConfigError
 
     if name in ("optuna", "embedded"):
         from autotune._backends._embedded import EmbeddedBackend
 
         return EmbeddedBackend()
-    raise ConfigError(f"backend is {name!r}; expected 'optuna'.")
+    if name == "ray":
+        from autotune._backends._ray import RayBackend
+
+        return RayBackend()
+    raise ConfigError(f"backend is {name!r}; expected 'optuna' or 'ray'.")
 
 
 __all__ = ["Backend", "ExplorePlan", "get_backend"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-import uuid
 import warnings
 from collections.abc import Iterator
 from types import FrameType
@@ -20,9 +19,14 @@ import optuna
 from optuna.exceptions import ExperimentalWarning
 
 from autotune._backends import ExplorePlan
-from autotune._backends._objective import Objective, TrialFailed, enqueue
+from autotune._backends._objective import (
+    Objective,
+    TrialFailed,
+    enqueue_group,
+    enqueue_warm_starts,
+)
 from autotune._settings import Settings
-from autotune._study import GROUP, ROLE, SETTINGS, quiet_optuna
+from autotune._study import quiet_optuna
 
 N_STARTUP_TRIALS = 6
 
@@ -61,10 +65,7 @@ class EmbeddedBackend:
 
     def explore(self, plan: ExplorePlan) -> None:
         objective = self._prepare(plan, exploring=True)
-        if not plan.study.get_trials(deepcopy=False):
-            for settings in plan.warm_starts:
-                if plan.space.contains(settings):
-                    enqueue(plan.study, plan.space.params(settings), {ROLE: "explore"})
+        enqueue_warm_starts(plan)
         with quiet_optuna(), _interrupts(objective):
             plan.study.optimize(
                 objective,
@@ -77,9 +78,7 @@ class EmbeddedBackend:
 
     def measure(self, plan: ExplorePlan, settings: list[Settings], roles: list[str]) -> str:
         objective = self._prepare(plan, exploring=False)
-        group = uuid.uuid4().hex
-        for config, role in zip(settings, roles, strict=True):
-            enqueue(plan.study, {}, {ROLE: role, SETTINGS: config.to_dict(), GROUP: group})
+        group = enqueue_group(plan.study, settings, roles)
         with quiet_optuna(), _interrupts(objective):
             plan.study.optimize(
                 objective,
@@ -89,6 +88,9 @@ class EmbeddedBackend:
                 callbacks=[objective.after],
             )
         return group
+
+    def close(self) -> None:
+        """Nothing to release: everything ran in this process."""
 
 
 @contextlib.contextmanager

@@ -1,6 +1,7 @@
 """One trial of a search: sample a config, probe it, report its windows, record it.
 
-Shared rules of every trial, whatever proposes it:
+:class:`TrialRules` holds the rules every trial follows, whichever backend runs
+it (the embedded :class:`Objective` here, or the Ray backend's driver):
 
 - a config equal to one already measured is not measured again: its figures
   are reused (the trial says which one it repeats);
@@ -17,8 +18,9 @@ import contextlib
 import dataclasses
 import re
 import threading
+import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -27,10 +29,13 @@ from autotune._backends import ExplorePlan
 from autotune._placement import PLACEMENT, Slot, SlotPool
 from autotune._probe import Failure, Figures, ProbeResult, Window, run_probe
 from autotune._settings import Settings
+from autotune._space import TrialLike
 from autotune._study import (
+    BACKEND,
     DUPLICATE_OF,
     FAILURE,
     FIGURES,
+    GROUP,
     ROLE,
     SETTINGS,
     TrialRecord,
@@ -90,27 +95,54 @@ class OutOfMemoryRule:
         )
 
 
-class Objective:
-    """The function Optuna calls for each trial of the embedded backend."""
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """How a trial ends: its state, its value (samples/s) when complete, and why."""
 
-    def __init__(self, plan: ExplorePlan, *, exploring: bool = True) -> None:
+    state: TrialState
+    value: float | None = None
+    reason: str = ""
+
+    def unwrap(self) -> float:
+        """The value for Optuna's ``optimize``; raises what ends the trial otherwise."""
+        if self.state == TrialState.COMPLETE and self.value is not None:
+            return self.value
+        if self.state == TrialState.PRUNED:
+            raise optuna.TrialPruned(self.reason)
+        raise TrialFailed(self.reason)
+
+
+class ProposedTrial(TrialLike, Protocol):
+    """What the rules need of a trial being proposed: an ``optuna.Trial``, or Ray's
+    OptunaSearch wrapper around one."""
+
+    @property
+    def user_attrs(self) -> dict[str, Any]: ...
+
+    def set_user_attr(self, key: str, value: Any) -> None: ...
+
+
+class TrialRules:
+    """The rules every trial of a search follows, whichever backend runs it."""
+
+    def __init__(self, plan: ExplorePlan, *, exploring: bool, backend: str) -> None:
         self.plan = plan
         self.exploring = exploring
+        self.backend = backend
         self.oom = OutOfMemoryRule()
         self.failures: list[Failure] = []
         self.successes = 0
         self.repeats = 0
-        self.pool = SlotPool(plan.slots) if plan.slots else None
-        self.interrupted = threading.Event()
-        """Set on Ctrl-C while trials run in threads: they stop at their next window."""
         self._lock = threading.Lock()
+        """Trials end in several threads when the embedded backend runs them in parallel."""
         for trial in plan.study.get_trials(deepcopy=False):
             record = TrialRecord.from_trial(trial)
             if record.failure and record.failure.kind == "oom" and record.settings:
                 self.oom.add(record.settings, record.number)
 
-    # ----------------------------------------------------------------- the trial
-    def __call__(self, trial: optuna.Trial) -> float:
+    # ----------------------------------------------------------------- one trial
+    def begin(self, trial: ProposedTrial) -> tuple[str, Settings]:
+        """The trial's role and config: sampled when exploring, given otherwise."""
         role = str(trial.user_attrs.get(ROLE, "explore"))
         if role == "explore":
             settings = self.plan.space.sample(trial)
@@ -118,30 +150,163 @@ class Objective:
         else:
             settings = Settings.from_dict(trial.user_attrs[SETTINGS])
         trial.set_user_attr(SETTINGS, settings.to_dict())
-        self.plan.progress.trial_started(trial.number, role, settings)
+        trial.set_user_attr(BACKEND, self.backend)
+        return role, settings
 
+    def settled(self, trial: optuna.Trial, settings: Settings, role: str) -> Outcome | None:
+        """The outcome of a trial that needs no probe (ruled out, or a repeat); None to probe."""
         with self._lock:
             blocked = self.oom.blocks(settings)
         if blocked is not None:
             record_failure(trial, blocked)
-            raise TrialFailed(blocked.message)
+            return Outcome(TrialState.FAIL, reason=blocked.message)
         if role == "explore":
             earlier = self._earlier(settings, trial.number)
             if earlier is not None:
                 return self._repeat(trial, earlier)
-        try:
-            result = self._probe(trial, settings, prunable=role == "explore")
-        except KeyboardInterrupt:
-            record_failure(trial, Failure(kind="interrupted", message="interrupted (Ctrl-C)"))
-            raise
-        return self._conclude(trial, settings, result)
+        return None
+
+    def conclude(self, trial: optuna.Trial, settings: Settings, result: ProbeResult) -> Outcome:
+        """Record a probe's figures (and failure) on its trial; how the trial ends."""
+        trial.set_user_attr(FIGURES, result.figures.to_dict())
+        if result.failure is not None:
+            record_failure(trial, result.failure)
+            if result.failure.kind == "oom":
+                with self._lock:
+                    self.oom.add(settings, trial.number)
+            return Outcome(TrialState.FAIL, reason=result.failure.message)
+        if result.stopped:
+            windows = len(result.figures.windows)
+            return Outcome(TrialState.PRUNED, reason=f"pruned after {windows} windows")
+        return Outcome(TrialState.COMPLETE, result.figures.samples_per_s)
+
+    @staticmethod
+    def interrupted(trial: optuna.Trial, message: str = "interrupted (Ctrl-C)") -> Outcome:
+        """Record a trial that was cut short by the user or by the end of the search."""
+        record_failure(trial, Failure(kind="interrupted", message=message))
+        return Outcome(TrialState.FAIL, reason=message)
+
+    # ----------------------------------------------------------------- repeats
+    def _earlier(self, settings: Settings, number: int) -> FrozenTrial | None:
+        key = settings.key()
+        for trial in self.plan.study.get_trials(
+            deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+        ):
+            if trial.number == number or trial.user_attrs.get(ROLE, "explore") != "explore":
+                continue
+            failure = trial.user_attrs.get(FAILURE)
+            if failure and failure.get("kind") in ("interrupted", "timeout"):
+                continue  # may pass another time
+            stored = trial.user_attrs.get(SETTINGS)
+            if stored is not None and Settings.from_dict(stored).key() == key:
+                return trial
+        return None
+
+    @staticmethod
+    def _repeat(trial: optuna.Trial, earlier: FrozenTrial) -> Outcome:
+        """Reuse an earlier trial's outcome for the same config."""
+        trial.set_user_attr(DUPLICATE_OF, earlier.number)
+        for attr in (FIGURES, FAILURE):
+            if attr in earlier.user_attrs:
+                trial.set_user_attr(attr, earlier.user_attrs[attr])
+        for step, value in sorted(earlier.intermediate_values.items()):
+            trial.report(value, step)
+        if earlier.state == TrialState.COMPLETE and earlier.value is not None:
+            return Outcome(TrialState.COMPLETE, earlier.value)
+        if earlier.state == TrialState.PRUNED:
+            reason = f"same config as trial #{earlier.number}, which was pruned"
+            return Outcome(TrialState.PRUNED, reason=reason)
+        return Outcome(
+            TrialState.FAIL, reason=f"same config as trial #{earlier.number}, which failed"
+        )
+
+    # ----------------------------------------------------------------- after each trial
+    def after(self, study: optuna.Study, frozen: FrozenTrial) -> bool:
+        """Show a finished trial; True when exploration must stop (a failure every config
+        shares, which sets ``plan.fatal``, or nothing new left to measure)."""
+        with self._lock:
+            return self._after(study, frozen)
+
+    def _after(self, study: optuna.Study, frozen: FrozenTrial) -> bool:
+        record = TrialRecord.from_trial(frozen)
+        self.plan.progress.trial_finished(record, best_record(study))
+        if not self.exploring:
+            return False
+        if record.state in ("COMPLETE", "PRUNED"):
+            self.successes += 1
+        elif (
+            record.failure is not None
+            and record.failure.kind not in _NOT_THE_USERS_FAULT
+            and record.duplicate_of is None
+        ):
+            self.failures.append(record.failure)
+        if self.successes == 0 and len(self.failures) >= FATAL_REPEATS:
+            signatures = {failure_signature(f) for f in self.failures}
+            if len(signatures) == 1:
+                self.plan.fatal = self.failures[0]
+                return True
+        known = record.duplicate_of is not None or (
+            record.failure is not None and record.failure.kind == "infeasible"
+        )
+        self.repeats = self.repeats + 1 if known else 0
+        if self.repeats >= MAX_REPEATS or self._exhausted(study):
+            self.plan.progress.message(
+                "every config of the space has been measured; exploration ends early"
+                if self.repeats < MAX_REPEATS
+                else f"the sampler proposed {self.repeats} measured configs in a row; "
+                "exploration ends early"
+            )
+            return True
+        return False
+
+    def _exhausted(self, study: optuna.Study) -> bool:
+        keys = set()
+        for trial in study.get_trials(deepcopy=False):
+            if trial.user_attrs.get(ROLE, "explore") == "explore" and SETTINGS in trial.user_attrs:
+                failure = trial.user_attrs.get(FAILURE) or {}
+                if failure.get("kind") not in ("interrupted", "timeout"):
+                    settings = Settings.from_dict(trial.user_attrs[SETTINGS])
+                    if self.plan.space.contains(settings):
+                        keys.add(settings.key())
+        return len(keys) >= self.plan.space.size()
+
+
+def report_windows(trial: optuna.Trial, figures: Figures) -> None:
+    """Report the throughput after each window as the trial's intermediate values: what
+    the embedded backend reports live to its pruner, for a backend that prunes elsewhere."""
+    for step in range(1, len(figures.windows) + 1):
+        trial.report(Figures(windows=figures.windows[:step]).samples_per_s, step)
+
+
+class Objective:
+    """The function Optuna calls for each trial of the embedded backend."""
+
+    def __init__(self, plan: ExplorePlan, *, exploring: bool = True) -> None:
+        self.plan = plan
+        self.rules = TrialRules(plan, exploring=exploring, backend="optuna")
+        self.pool = SlotPool(plan.slots) if plan.slots else None
+        self.interrupted = threading.Event()
+        """Set on Ctrl-C while trials run in threads: they stop at their next window."""
+
+    def __call__(self, trial: optuna.Trial) -> float:
+        role, settings = self.rules.begin(trial)
+        self.plan.progress.trial_started(trial.number, role, settings)
+        outcome = self.rules.settled(trial, settings, role)
+        if outcome is None:
+            try:
+                result = self._probe(trial, settings, prunable=role == "explore")
+            except KeyboardInterrupt:
+                self.rules.interrupted(trial)
+                raise
+            outcome = self.rules.conclude(trial, settings, result)
+        return outcome.unwrap()
 
     def _probe(self, trial: optuna.Trial, settings: Settings, *, prunable: bool) -> ProbeResult:
         request = dataclasses.replace(self.plan.template, settings=settings, mode="train")
 
-        def on_window(window: Window, windows: list[Window]) -> bool:
-            value = Figures(windows=tuple(windows)).samples_per_s
-            trial.report(value, len(windows))
+        def on_window(window: Window, so_far: Figures) -> bool:
+            value = so_far.samples_per_s
+            trial.report(value, len(so_far.windows))
             self.plan.progress.window(trial.number, window, value)
             if self.interrupted.is_set():
                 return False
@@ -166,96 +331,10 @@ class Objective:
         with self.pool.acquire() as slot:
             yield slot
 
-    def _conclude(self, trial: optuna.Trial, settings: Settings, result: ProbeResult) -> float:
-        trial.set_user_attr(FIGURES, result.figures.to_dict())
-        if result.failure is not None:
-            record_failure(trial, result.failure)
-            if result.failure.kind == "oom":
-                with self._lock:
-                    self.oom.add(settings, trial.number)
-            raise TrialFailed(result.failure.message)
-        if result.stopped:
-            raise optuna.TrialPruned(f"pruned after {len(result.figures.windows)} windows")
-        return result.figures.samples_per_s
-
-    # ----------------------------------------------------------------- repeats
-    def _earlier(self, settings: Settings, number: int) -> FrozenTrial | None:
-        key = settings.key()
-        for trial in self.plan.study.get_trials(
-            deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-        ):
-            if trial.number == number or trial.user_attrs.get(ROLE, "explore") != "explore":
-                continue
-            failure = trial.user_attrs.get(FAILURE)
-            if failure and failure.get("kind") in ("interrupted", "timeout"):
-                continue  # may pass another time
-            stored = trial.user_attrs.get(SETTINGS)
-            if stored is not None and Settings.from_dict(stored).key() == key:
-                return trial
-        return None
-
-    def _repeat(self, trial: optuna.Trial, earlier: FrozenTrial) -> float:
-        """Reuse an earlier trial's outcome for the same config."""
-        trial.set_user_attr(DUPLICATE_OF, earlier.number)
-        for attr in (FIGURES, FAILURE):
-            if attr in earlier.user_attrs:
-                trial.set_user_attr(attr, earlier.user_attrs[attr])
-        for step, value in sorted(earlier.intermediate_values.items()):
-            trial.report(value, step)
-        if earlier.state == TrialState.COMPLETE:
-            assert earlier.value is not None
-            return earlier.value
-        if earlier.state == TrialState.PRUNED:
-            raise optuna.TrialPruned(f"same config as trial #{earlier.number}, which was pruned")
-        raise TrialFailed(f"same config as trial #{earlier.number}, which failed")
-
-    # ----------------------------------------------------------------- after each trial
     def after(self, study: optuna.Study, frozen: FrozenTrial) -> None:
         """Optuna callback: show the trial, and stop on a failure every config shares."""
-        with self._lock:  # trials end in several threads when they run in parallel
-            self._after(study, frozen)
-
-    def _after(self, study: optuna.Study, frozen: FrozenTrial) -> None:
-        record = TrialRecord.from_trial(frozen)
-        self.plan.progress.trial_finished(record, best_record(study))
-        if not self.exploring:
-            return
-        if record.state in ("COMPLETE", "PRUNED"):
-            self.successes += 1
-        elif (
-            record.failure is not None
-            and record.failure.kind not in _NOT_THE_USERS_FAULT
-            and record.duplicate_of is None
-        ):
-            self.failures.append(record.failure)
-        if self.successes == 0 and len(self.failures) >= FATAL_REPEATS:
-            signatures = {failure_signature(f) for f in self.failures}
-            if len(signatures) == 1:
-                self.plan.fatal = self.failures[0]
-                study.stop()
-        known = record.duplicate_of is not None or (
-            record.failure is not None and record.failure.kind == "infeasible"
-        )
-        self.repeats = self.repeats + 1 if known else 0
-        if self.repeats >= MAX_REPEATS or self._exhausted(study):
-            self.plan.progress.message(
-                "every config of the space has been measured; exploration ends early"
-                if self.repeats < MAX_REPEATS
-                else f"the sampler proposed {self.repeats} measured configs in a row; "
-                "exploration ends early"
-            )
+        if self.rules.after(study, frozen):
             study.stop()
-
-    def _exhausted(self, study: optuna.Study) -> bool:
-        keys = set()
-        for trial in study.get_trials(deepcopy=False):
-            if trial.user_attrs.get(ROLE, "explore") == "explore" and SETTINGS in trial.user_attrs:
-                failure = trial.user_attrs.get(FAILURE) or {}
-                if failure.get("kind") not in ("interrupted", "timeout"):
-                    settings = Settings.from_dict(trial.user_attrs[SETTINGS])
-                    if self.plan.space.contains(settings):
-                        keys.add(settings.key())
-        return len(keys) >= self.plan.space.size()
 
 
 def best_record(study: optuna.Study) -> TrialRecord | None:
@@ -271,3 +350,20 @@ def best_record(study: optuna.Study) -> TrialRecord | None:
 def enqueue(study: optuna.Study, params: dict[str, Any], attrs: dict[str, Any]) -> None:
     """Queue a trial with fixed parameters and attributes."""
     study.enqueue_trial(params, user_attrs=attrs)
+
+
+def enqueue_warm_starts(plan: ExplorePlan) -> None:
+    """Queue the plan's warm-start configs, the first time a study explores."""
+    if plan.study.get_trials(deepcopy=False):
+        return
+    for settings in plan.warm_starts:
+        if plan.space.contains(settings):
+            enqueue(plan.study, plan.space.params(settings), {ROLE: "explore"})
+
+
+def enqueue_group(study: optuna.Study, settings: list[Settings], roles: list[str]) -> str:
+    """Queue configs to measure fully, tagged with a new group id; returns the id."""
+    group = uuid.uuid4().hex
+    for config, role in zip(settings, roles, strict=True):
+        enqueue(study, {}, {ROLE: role, SETTINGS: config.to_dict(), GROUP: group})
+    return group

@@ -25,8 +25,9 @@ from autotune._probe._child import child_main
 from autotune._probe._failure import describe_exit
 from autotune._probe._protocol import Failure, Figures, ProbeRequest, ProbeResult, Window
 
-OnWindow = Callable[[Window, list[Window]], bool]
-"""Called with each window and all so far; returning False stops the probe (pruned)."""
+OnWindow = Callable[[Window, Figures], bool]
+"""Called with each window and the figures so far (every window, start-up, peak memory,
+the devices); returning False stops the probe (pruned)."""
 
 _GRACE_SECONDS = 5.0
 _POLL_SECONDS = 0.1
@@ -170,7 +171,16 @@ def run_probe(request: ProbeRequest, *, on_window: OnWindow | None = None) -> Pr
                     windows.append(payload)
                     now = time.monotonic()
                     span[:] = [span[0] if span else now - payload.seconds, now]
-                    if not stopped and on_window is not None and not on_window(payload, windows):
+                    if stopped or on_window is None:
+                        continue
+                    so_far = Figures(
+                        windows=tuple(windows),
+                        startup_s=startup,
+                        peak_memory_bytes=watch.peak or None,
+                        wall_s=time.perf_counter() - began,
+                        monitor=monitor.figures(*span),
+                    )
+                    if not on_window(payload, so_far):
                         stopped = True
                         _send_stop(control)
                 elif kind == "info":

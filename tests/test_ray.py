@@ -1,0 +1,167 @@
+"""The Ray backend's pieces without a search: resources, failures, options, the local Ray."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import tempfile
+from pathlib import Path
+
+import fake_nvml
+import psutil
+import pytest
+from ray import exceptions
+
+from autotune import ConfigError, MissingExtraError, SearchOptions
+from autotune._backends import get_backend
+from autotune._backends._ray import RaySession, trial_resources
+from autotune._backends._ray_record import failure_of
+from autotune._backends._ray_trial import TrialSpec, on_this_node
+from autotune._machine import usable_cpus
+from autotune._probe import ProbeRequest, WorkloadSource
+from autotune._settings import Settings
+from autotune._study import open_study
+from autotune.cli import main
+
+GPU_NODE = {"CPU": 64.0, "GPU": 8.0}
+CPU_HEAD = {"CPU": 16.0}
+SMALL_GPU_NODE = {"CPU": 48.0, "GPU": 4.0}
+
+
+@pytest.mark.parametrize(
+    ("nodes", "device", "concurrent", "ranks", "cpus", "gpus", "at_once", "share"),
+    [
+        # A DDP rank's share: the node's CPUs / its GPUs, one GPU each.
+        ([GPU_NODE], "cuda", None, None, 8, 1, 8, 1 / 8),
+        ([GPU_NODE], "cuda:1", 3, None, 8, 1, 3, 1 / 8),
+        # A CPU-only head takes no GPU trial; the GPU nodes' share decides.
+        ([CPU_HEAD, SMALL_GPU_NODE, SMALL_GPU_NODE], "cuda", None, None, 12, 1, 8, 12 / 48),
+        # Fewer CPUs than GPUs still gives each trial a CPU, and every GPU a trial.
+        ([{"CPU": 6.0, "GPU": 4.0}], "cuda", None, None, 1, 1, 4, 1 / 6),
+        # CPU only: a whole node each, so one trial at a time on each node...
+        ([{"CPU": 2.0}], "cpu", None, None, 2, 0, 1, 1.0),
+        ([{"CPU": 1.0}, {"CPU": 1.0}], "cpu", None, None, 1, 0, 2, 1.0),
+        # ...or a rank's share when tuning for several CPU ranks per node...
+        ([{"CPU": 8.0}], "cpu", None, 2, 4, 0, 2, 1 / 2),
+        # ...unless more at once are asked for: they share the node's CPUs.
+        ([{"CPU": 8.0}], "cpu", 4, None, 2, 0, 4, 1 / 4),
+    ],
+)
+def test_each_trial_asks_for_what_one_rank_would_have(
+    nodes, device, concurrent, ranks, cpus, gpus, at_once, share
+) -> None:
+    resources = trial_resources(nodes, device, concurrent, ranks)
+    assert (resources.cpus, resources.gpus, resources.at_once) == (cpus, gpus, at_once)
+    assert resources.memory_share == pytest.approx(share)
+
+
+def test_cpu_only_trials_run_one_at_a_time_and_say_why() -> None:
+    note = trial_resources([{"CPU": 2.0}], "cpu", None).note
+    assert "one at a time" in note and "corrupt each other's figures" in note
+    note = trial_resources([{"CPU": 8.0}], "cpu", 4).note
+    assert "4 trials share each node's 8 CPUs" in note and "disturb each other" in note
+
+
+def test_trials_on_a_gpu_need_a_gpu_node() -> None:
+    with pytest.raises(ConfigError, match="no node of the Ray cluster has a GPU"):
+        trial_resources([CPU_HEAD], "cuda", None)
+
+
+def test_ray_errors_are_read_with_their_reason() -> None:
+    failure = failure_of(exceptions.ActorDiedError())
+    assert failure.kind == "crash"
+    assert failure.message.startswith("the Ray worker running the trial died: The actor died")
+
+    failure = failure_of(exceptions.OutOfMemoryError("the node is low on memory"))
+    assert failure.kind == "oom" and "memory monitor" in failure.message
+
+    crashed = exceptions.RayTaskError("run_trial", "Traceback ...\nKeyError: 'x'", KeyError("x"))
+    failure = failure_of(crashed.as_instanceof_cause())
+    assert failure.kind == "error" and failure.message.startswith("the trial failed in Ray: ")
+    assert failure.traceback
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"address": "auto"}, "address is for backend 'ray', but backend is 'optuna'"),
+        ({"concurrent": 2}, "concurrent is for backend 'ray'"),
+        ({"backend": "ray", "concurrent": 0}, "concurrent is 0; expected a whole number >= 1"),
+        ({"backend": "dask"}, "backend is 'dask'; expected one of \\['optuna', 'ray'\\]"),
+    ],
+)
+def test_ray_options_are_checked(options, message) -> None:
+    with pytest.raises(ConfigError, match=message):
+        SearchOptions(**options)
+
+
+def test_without_ray_the_backend_says_what_to_install(monkeypatch, capsys, write_config) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails as if not installed
+    with pytest.raises(MissingExtraError, match=r"pip install 'autotune\[ray\]'"):
+        get_backend("ray")
+    config = write_config("from workloads import linear_model as model, sleepy_dataset as dataset")
+    assert main(["search", str(config), "--backend", "ray"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1].endswith("install it with: pip install 'autotune[ray]'")
+
+
+def test_a_local_ray_listens_on_the_loopback_only_and_stops() -> None:
+    before = os.environ.get("RAY_AUTH_MODE")
+    session = RaySession(None)
+    try:
+        assert session.owned
+        assert [n["Resources"]["CPU"] for n in session.nodes] == [usable_cpus()]
+        listening = [
+            (process.name(), connection.laddr)
+            for process in psutil.Process().children(recursive=True)
+            for connection in process.net_connections(kind="inet")
+            if connection.status == psutil.CONN_LISTEN
+        ]
+        assert listening  # Ray's servers are up...
+        for name, address in listening:  # ...and none is reachable from another machine
+            assert address.ip in ("127.0.0.1", "::1", "::ffff:127.0.0.1"), (name, address)
+    finally:
+        session.close()
+    import ray
+
+    assert not ray.is_initialized()
+    assert not os.path.exists(session.storage)
+    assert os.environ.get("RAY_AUTH_MODE") == before
+
+
+def test_a_trial_takes_its_node_s_gpu_memory_share_and_config_copy(monkeypatch, tmp_path) -> None:
+    config = tmp_path / "config.py"
+    config.write_text("batch_size = 8\n")
+    template = ProbeRequest(
+        source=WorkloadSource(config_path=str(config)),
+        settings=Settings(batch_size=8),
+        device="cuda:1",
+    )
+    a100s = fake_nvml.two_a100s()
+    fake_nvml.install(monkeypatch, a100s)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")  # the GPU Ray gave this trial
+    request = on_this_node(TrialSpec(template=template, config_text=None, memory_share=0.2))
+    assert request.device == "cuda:0"  # the only GPU this trial sees...
+    assert ("CUDA_VISIBLE_DEVICES", a100s[1].uuid) in request.env  # ...pinned by its UUID
+    assert request.monitor_gpus == (a100s[1].uuid,)  # and its figures read through NVML
+    expected = psutil.virtual_memory().available * 0.2
+    assert request.memory_limit == pytest.approx(expected, rel=0.1)
+
+    # The config travels by value: a node with the same file uses it, another gets a copy.
+    def shipped(text: str) -> Path:
+        spec = TrialSpec(template=template, config_text=text, memory_share=None)
+        return Path(on_this_node(spec).source.config_path)
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "node"))
+    assert shipped("batch_size = 8\n") == config
+    copy = shipped("batch_size = 16\n")
+    assert copy.parent.parent == tmp_path / "node" / "autotune-configs"
+    assert copy.name == "config.py" and copy.read_text() == "batch_size = 16\n"
+
+
+def test_a_study_s_storage_pickles(tmp_path) -> None:
+    # Ray Tune pickles its searcher, which holds the study and its storage.
+    study = open_study(tmp_path / "s.db", "s", create=True)
+    copy = pickle.loads(pickle.dumps(study._storage))
+    assert copy.get_all_studies()[0].study_name == "s"

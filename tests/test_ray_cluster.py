@@ -1,0 +1,54 @@
+"""A search joining a Ray cluster by its address: a head and a worker node on this machine."""
+
+from __future__ import annotations
+
+import optuna
+import workloads
+from conftest import TESTS, quick
+from ray.cluster_utils import Cluster
+
+import autotune
+from autotune._study import BACKEND, NODE
+
+
+def test_a_search_joins_a_cluster_by_address_and_runs_trials_on_every_node(workdir) -> None:
+    env = {"PYTHONPATH": str(TESTS)}  # where the tests' workloads unpickle, on every node
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "include_dashboard": False, "env_vars": env},
+    )
+    address = cluster.address
+    try:
+        worker = cluster.add_node(num_cpus=1, env_vars=env)
+        cluster.wait_for_nodes()
+        lines: list[str] = []
+        autotune.search(
+            dataset=workloads.sleepy_dataset,
+            model=workloads.linear_model,
+            batch_size=8,
+            name="cluster",
+            space={"num_workers": [0, 1], "threads": 1, "batch_size": [8, 16], "amp": "off"},
+            progress=Messages(lines),
+            backend="ray",
+            address=address,
+            # Two trials at once, each taking a whole node's CPU: one on each node.
+            **quick(trials=2, seed=0, finalists=1),
+        )
+        expected = {cluster.head_node.node_id, worker.node_id}
+    finally:
+        cluster.shutdown()
+    assert f"ray: the Ray cluster at {address}: 2 node(s), 2 CPUs, 0 GPUs" in lines
+    study = optuna.load_study(study_name="cluster", storage="sqlite:///studies/cluster.db")
+    probed = [t for t in study.trials if NODE in t.user_attrs]
+    assert all(t.user_attrs[BACKEND] == "ray" for t in study.trials)
+    assert {t.user_attrs[NODE]["node_id"] for t in probed} == expected
+
+
+class Messages(autotune.QuietProgress):
+    """Keeps the search's messages."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+
+    def message(self, text: str) -> None:
+        self.lines.append(text)
