@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
+import shutil
 import threading
 import uuid
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune._backends import ExplorePlan
 from autotune._placement import PLACEMENT, Slot, SlotPool
 from autotune._probe import Failure, Figures, ProbeResult, Window, run_probe
+from autotune._probe._failure import shm_shortfall
 from autotune._settings import Settings
 from autotune._space import TrialLike
 from autotune._study import (
@@ -36,6 +38,7 @@ from autotune._study import (
     FAILURE,
     FIGURES,
     GROUP,
+    META,
     ROLE,
     SETTINGS,
     TrialRecord,
@@ -47,6 +50,8 @@ MAX_REPEATS = 10
 """Proposals in a row of configs already measured, after which exploration stops."""
 _NOT_THE_USERS_FAULT = ("infeasible", "interrupted")
 _MAX_TRACEBACK = 20_000
+SHM_DIR = "/dev/shm"
+"""Where DataLoader workers hand batches over (POSIX shared memory on Linux)."""
 
 
 class TrialFailed(Exception):
@@ -139,6 +144,11 @@ class TrialRules:
             record = TrialRecord.from_trial(trial)
             if record.failure and record.failure.kind == "oom" and record.settings:
                 self.oom.add(record.settings, record.number)
+        workload = (plan.study.user_attrs.get(META) or {}).get("workload") or {}
+        samples = workload.get("batch_samples")
+        self.bytes_per_sample = (
+            float(workload.get("batch_bytes") or 0) / samples if samples else 0.0
+        )
 
     # ----------------------------------------------------------------- one trial
     def begin(self, trial: ProposedTrial) -> tuple[str, Settings]:
@@ -157,6 +167,7 @@ class TrialRules:
         """The outcome of a trial that needs no probe (ruled out, or a repeat); None to probe."""
         with self._lock:
             blocked = self.oom.blocks(settings)
+        blocked = blocked or self._shm_shortfall(settings)
         if blocked is not None:
             record_failure(trial, blocked)
             return Outcome(TrialState.FAIL, reason=blocked.message)
@@ -185,6 +196,23 @@ class TrialRules:
         """Record a trial that was cut short by the user or by the end of the search."""
         record_failure(trial, Failure(kind="interrupted", message=message))
         return Outcome(TrialState.FAIL, reason=message)
+
+    def _shm_shortfall(self, settings: Settings) -> Failure | None:
+        """Refuse up front a config whose batches in flight cannot fit in /dev/shm: its
+        workers would die of a bus error, or fail to allocate, at some later batch. Only
+        where the probe runs on this machine: a Ray worker elsewhere has its own /dev/shm."""
+        if self.backend != "optuna":
+            return None
+        try:
+            free = shutil.disk_usage(SHM_DIR).free
+        except OSError:
+            return None
+        return shm_shortfall(
+            num_workers=settings.num_workers,
+            prefetch_factor=settings.prefetch_factor,
+            batch_bytes=self.bytes_per_sample * settings.batch_size,
+            free_bytes=free,
+        )
 
     # ----------------------------------------------------------------- repeats
     def _earlier(self, settings: Settings, number: int) -> FrozenTrial | None:
