@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import pickle
 import queue
 import re
 import subprocess
@@ -26,7 +27,10 @@ import workloads
 from conftest import QUICK, TESTS
 
 import autotune
+from autotune._probe import ProbeRequest, WorkloadSource
+from autotune._settings import Settings
 from autotune._study import TrialRecord, records
+from autotune._workload import Workload
 from autotune.cli import main
 
 DRIVERS = ("cli", "api")
@@ -152,6 +156,26 @@ def search_file(driver: str, path: Path | str, capsys: Any) -> Outcome:
     except autotune.AutotuneError as error:
         return Outcome(code=2, error=str(error), study=study)
     return Outcome(code=0, error=None, result=result, study=study)
+
+
+def probe_request(dataset: Any, model: Any = workloads.linear_model, **fields: Any) -> ProbeRequest:
+    """One probe of ``dataset`` and ``model`` on the CPU, short: batch 4, no workers, three
+    windows of 0.2 s, unless ``fields`` say otherwise."""
+    workload = Workload(dataset=dataset, model=model, batch_size=fields.pop("batch_size", 4))
+    settings = fields.pop("settings", Settings(batch_size=workload.batch_size))
+    defaults = {
+        "window_seconds": 0.2,
+        "max_windows": 3,
+        "warmup_seconds": 0.05,
+        "stall_timeout": 20.0,
+    }
+    defaults.update(fields)
+    return ProbeRequest(
+        source=WorkloadSource(pickled=pickle.dumps(workload)),
+        settings=settings,
+        device="cpu",
+        **defaults,
+    )
 
 
 # ------------------------------------------------------------ a search in its own process

@@ -8,9 +8,11 @@ runs (no study is even created).
 from __future__ import annotations
 
 import pytest
-from faults import DRIVERS, Case, drive, search_file
+import workloads
+from faults import DRIVERS, Case, drive, probe_request, search_file
 
 import autotune
+from autotune._probe import run_probe
 
 GOOD = "from workloads import linear_model as model, sleepy_dataset as dataset\n"
 
@@ -62,6 +64,18 @@ def test_a_factory_of_the_wrong_type_says_what_it_returned(
     where = "config " if driver == "cli" else "the 'fault' workload: "
     assert outcome.error.startswith(where)
     assert outcome.error.endswith(expected) or expected + " (" in outcome.error
+
+
+def test_the_probe_names_the_factory_of_the_wrong_type() -> None:
+    result = run_probe(probe_request(workloads.not_a_dataset, mode="check"))
+    assert result.failure is not None
+    assert result.failure.piece == "dataset()"
+    assert result.failure.message.startswith("dataset() returned int; expected")
+    request = probe_request(workloads.SleepyDataset(), workloads.not_a_model, mode="check")
+    result = run_probe(request)
+    assert result.failure is not None
+    assert result.failure.piece == "model()"
+    assert result.failure.message == "model() returned str; expected a torch.nn.Module"
 
 
 @pytest.mark.parametrize("driver", DRIVERS)

@@ -4,34 +4,21 @@ fixtures check every test for leftover processes, orphans included)."""
 
 from __future__ import annotations
 
-import pickle
 import re
 
 import pytest
 import workloads
-from faults import Case, drive
+from faults import Case, drive, probe_request
 
 import autotune
-from autotune._probe import ProbeRequest, WorkloadSource, run_probe
+from autotune._probe import ProbeResult, run_probe
 from autotune._settings import Settings
-from autotune._workload import Workload
 
 WITH_WORKERS = Settings(batch_size=4, num_workers=2, prefetch_factor=2)
 
 
-def probe(dataset, settings: Settings) -> autotune._probe.ProbeResult:
-    workload = Workload(dataset=dataset, model=workloads.linear_model, batch_size=4)
-    return run_probe(
-        ProbeRequest(
-            source=WorkloadSource(pickled=pickle.dumps(workload)),
-            settings=settings,
-            device="cpu",
-            window_seconds=0.1,
-            max_windows=3,
-            warmup_seconds=0.05,
-            stall_timeout=20,
-        )
-    )
+def probe(dataset, settings: Settings) -> ProbeResult:
+    return run_probe(probe_request(dataset, settings=settings, window_seconds=0.1))
 
 
 @pytest.mark.parametrize(

@@ -3,32 +3,20 @@ and the search goes on."""
 
 from __future__ import annotations
 
-import pickle
-
 import pytest
 import workloads
-from faults import Case, drive
+from faults import Case, drive, probe_request
 
 import autotune
-from autotune._probe import ProbeRequest, WorkloadSource, run_probe
+from autotune._probe import run_probe
 from autotune._settings import Settings
-from autotune._workload import Workload
 
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_hanging_dataset_is_killed_at_the_timeout(workers: int) -> None:
-    workload = Workload(dataset=workloads.HangingDataset(after=2), model=workloads.linear_model)
     settings = Settings(batch_size=4, num_workers=workers, prefetch_factor=2 if workers else None)
-    result = run_probe(
-        ProbeRequest(
-            source=WorkloadSource(pickled=pickle.dumps(workload)),
-            settings=settings,
-            device="cpu",
-            warmup_seconds=0.05,
-            window_seconds=0.2,
-            stall_timeout=1.5,
-        )
-    )
+    request = probe_request(workloads.HangingDataset(after=2), settings=settings, stall_timeout=1.5)
+    result = run_probe(request)
     assert result.failure is not None
     assert result.failure.kind == "timeout"
     assert "hangs" in result.failure.message

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import shutil
 import subprocess
 import sys
@@ -15,29 +14,19 @@ from functools import cache
 import pytest
 import workloads
 from conftest import TESTS
-from faults import Case, drive, study_trials
+from faults import Case, drive, probe_request, study_trials
 
 import autotune
-from autotune._probe import ProbeRequest, WorkloadSource, run_probe
+from autotune._probe import ProbeResult, run_probe
 from autotune._probe._failure import shm_shortfall
-from autotune._settings import Settings
-from autotune._workload import Workload
 
 BATCHES = {"num_workers": 0, "threads": 1, "amp": "off", "batch_size": [8, 16, 32, 64]}
 
 
-def probe(model, *, batch_size: int, **fields) -> autotune._probe.ProbeResult:
-    workload = Workload(dataset=workloads.SleepyDataset(), model=model, batch_size=batch_size)
+def probe(model, *, batch_size: int, **fields) -> ProbeResult:
+    dataset = workloads.SleepyDataset()
     return run_probe(
-        ProbeRequest(
-            source=WorkloadSource(pickled=pickle.dumps(workload)),
-            settings=Settings(batch_size=batch_size),
-            device="cpu",
-            window_seconds=0.1,
-            max_windows=3,
-            warmup_seconds=0.05,
-            **fields,
-        )
+        probe_request(dataset, model, batch_size=batch_size, window_seconds=0.1, **fields)
     )
 
 
