@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import sqlite3
 import threading
+import time
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -48,9 +50,10 @@ NODE = "autotune.node"
 DUPLICATE_OF = "autotune.duplicate_of"
 
 DEFAULT_DIR = Path("studies")
+LOCK_TIMEOUT_SECONDS = 60.0
+"""How long opening or writing a study waits while another process holds its lock."""
 _SQLITE_HEADER = b"SQLite format 3\x00"
 _HEARTBEAT_SECONDS = 10
-_LOCK_TIMEOUT_SECONDS = 60
 
 
 @contextlib.contextmanager
@@ -94,16 +97,23 @@ def _check_file(path: Path) -> None:
             "give another --study path."
         )
     try:
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5) as connection:
+        uri = f"file:{path.resolve()}?mode=ro"
+        with contextlib.closing(
+            sqlite3.connect(uri, uri=True, timeout=LOCK_TIMEOUT_SECONDS)
+        ) as connection:
             tables = {
                 row[0]
                 for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")
             }
+            problems = [row[0] for row in connection.execute("PRAGMA quick_check")]
+    except sqlite3.OperationalError as error:
+        if "locked" in str(error):
+            raise StudyError(_locked(path)) from None
+        raise StudyError(_corrupt(path, str(error))) from None
     except sqlite3.DatabaseError as error:
-        raise StudyError(
-            f"{path} is corrupt or unreadable ({error}). Nothing was written; restore it "
-            "from a copy or give another --study path."
-        ) from None
+        raise StudyError(_corrupt(path, str(error))) from None
+    if problems != ["ok"]:
+        raise StudyError(_corrupt(path, problems[0].replace("\n", " ")))
     if "studies" not in tables or "trials" not in tables:
         raise StudyError(
             f"{path} is an SQLite database but not a study (no Optuna tables). Nothing was "
@@ -137,29 +147,80 @@ class _Storage(optuna.storages.RDBStorage):
         self._state_lock = threading.Lock()
 
 
+def _corrupt(path: Path, detail: str) -> str:
+    return (
+        f"{path} is corrupt ({detail}). Nothing was written; restore it from a copy or give "
+        "another --study path."
+    )
+
+
+def _locked(path: Path) -> str:
+    return (
+        f"{path} is locked by another process and stayed locked for "
+        f"{LOCK_TIMEOUT_SECONDS:g} s; wait for that process to finish (or end it) and run "
+        "again, or give another --study path. Nothing was written."
+    )
+
+
 def storage(path: Path, *, must_exist: bool) -> optuna.storages.RDBStorage:
     """Open (or create) the SQLite storage at ``path``.
 
     Raises:
         StudyError: missing (with ``must_exist``), not a study, corrupt, locked or newer.
     """
-    if path.exists():
-        _check_file(path)
-    elif must_exist:
-        raise StudyError(
-            f"no study at {path}; run `autotune search CONFIG --study {path}` to make one."
-        )
-    else:
+    if not path.exists():
+        if must_exist:
+            raise StudyError(
+                f"no study at {path}; run `autotune search CONFIG --study {path}` to make one."
+            )
         path.parent.mkdir(parents=True, exist_ok=True)
+    with _opening(path):
+        existed = path.exists()
+        if existed:
+            _check_file(path)
+        return _open_storage(path, existed=existed)
+
+
+@contextlib.contextmanager
+def _opening(path: Path) -> Iterator[None]:
+    """One process at a time opens a study of this directory: two searches starting at
+    once on a new study would both create its tables (and one fail), or one would find
+    the file the other has only begun to write and refuse it as not a study. Nothing is
+    written: the lock is on the directory itself."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: SQLite's own locks are all there is
+        yield
+        return
+    handle = os.open(path.parent, os.O_RDONLY)
+    try:
+        deadline = time.monotonic() + LOCK_TIMEOUT_SECONDS
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise StudyError(_locked(path)) from None
+                time.sleep(0.02)
+        yield
+    finally:
+        os.close(handle)  # releases the lock
+
+
+def _open_storage(path: Path, *, existed: bool) -> optuna.storages.RDBStorage:
     url = f"sqlite:///{path.resolve()}"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ExperimentalWarning)
             return _Storage(
                 url,
-                engine_kwargs={"connect_args": {"timeout": _LOCK_TIMEOUT_SECONDS}},
+                engine_kwargs={"connect_args": {"timeout": LOCK_TIMEOUT_SECONDS}},
                 heartbeat_interval=_HEARTBEAT_SECONDS,
                 grace_period=3 * _HEARTBEAT_SECONDS,
+                # A study's tables exist already: opening one must not write into it
+                # before its schema is known to be one this Optuna reads.
+                skip_table_creation=existed,
             )
     except Exception as error:
         raise StudyError(_explain_storage_error(path, error)) from error
@@ -168,15 +229,19 @@ def storage(path: Path, *, must_exist: bool) -> optuna.storages.RDBStorage:
 def _explain_storage_error(path: Path, error: Exception) -> str:
     text = str(error)
     if "locked" in text:
-        return (
-            f"{path} is locked by another process and stayed locked for "
-            f"{_LOCK_TIMEOUT_SECONDS} s; wait for it or give another --study path."
-        )
-    if "no longer compatible" in text or "newer" in text or "schema" in text:
+        return _locked(path)
+    if "no longer compatible" in text:
+        if "optuna storage upgrade" in text:
+            return (
+                f"{path} was written by an older Optuna; upgrade it with `optuna storage "
+                f"upgrade --storage sqlite:///{path}` (keep a copy first). Nothing was written."
+            )
         return (
             f"{path} was written by a newer Optuna than this one ({optuna.__version__}); "
             "upgrade optuna and autotune to read it. Nothing was written."
         )
+    if "malformed" in text or "not a database" in text:
+        return _corrupt(path, text.splitlines()[0])
     first = text.splitlines()[0] if text else type(error).__name__
     return f"{path} cannot be opened as a study: {first}"
 
