@@ -14,13 +14,16 @@ trial attributes
     ``autotune.failure``   why it failed
     ``autotune.backend``   who ran it: optuna (in the search's process) or ray
     ``autotune.node``      with ray: the node it ran on (hostname, Ray node id)
+    ``autotune.owner``     the search process running it (host, pid, start time)
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
+import socket
 import sqlite3
 import threading
 import time
@@ -30,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.exceptions import ExperimentalWarning
+import psutil
+from optuna.exceptions import ExperimentalWarning, UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune._errors import StudyError
@@ -48,6 +52,7 @@ GROUP = "autotune.group"
 BACKEND = "autotune.backend"
 NODE = "autotune.node"
 DUPLICATE_OF = "autotune.duplicate_of"
+OWNER = "autotune.owner"
 
 DEFAULT_DIR = Path("studies")
 LOCK_TIMEOUT_SECONDS = 60.0
@@ -334,3 +339,49 @@ class TrialRecord:
 def records(study: optuna.Study) -> list[TrialRecord]:
     """Every trial of the study, oldest first."""
     return [TrialRecord.from_trial(t) for t in study.get_trials(deepcopy=False)]
+
+
+@functools.cache
+def owner() -> dict[str, Any]:
+    """This search process, as recorded on the trials it runs."""
+    return {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "started": psutil.Process().create_time(),
+    }
+
+
+def _alive(who: dict[str, Any]) -> bool:
+    try:
+        process = psutil.Process(int(who["pid"]))
+        return bool(abs(process.create_time() - float(who["started"])) < 1.0)
+    except (psutil.Error, KeyError, TypeError, ValueError):
+        return False
+
+
+def fail_abandoned(study: optuna.Study) -> list[int]:
+    """Fail the RUNNING trials whose search process on this machine is gone.
+
+    A search killed outright (SIGKILL, a power cut) leaves its trial RUNNING.
+    Optuna's heartbeat fails such a trial once it is stale, after a grace period;
+    on this machine the search's process can be checked at once. Trials of a
+    search that is still running (another process on the same study) are left
+    alone. Returns the numbers of the trials failed.
+    """
+    host = socket.gethostname()
+    failed = []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        who = trial.user_attrs.get(OWNER)
+        if not isinstance(who, dict) or who.get("host") != host or _alive(who):
+            continue
+        failure = Failure(
+            kind="interrupted",
+            message=f"the search running it (pid {who.get('pid')}) ended before it finished",
+        )
+        try:
+            study._storage.set_trial_user_attr(trial._trial_id, FAILURE, failure.to_dict())
+            study._storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
+        except UpdateFinishedTrialError:
+            continue  # another search failed it first
+        failed.append(trial.number)
+    return failed

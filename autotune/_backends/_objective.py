@@ -39,9 +39,12 @@ from autotune._study import (
     FIGURES,
     GROUP,
     META,
+    OWNER,
     ROLE,
     SETTINGS,
     TrialRecord,
+    fail_abandoned,
+    owner,
 )
 
 FATAL_REPEATS = 3
@@ -140,6 +143,7 @@ class TrialRules:
         self.repeats = 0
         self._lock = threading.Lock()
         """Trials end in several threads when the embedded backend runs them in parallel."""
+        fail_abandoned(plan.study)
         for trial in plan.study.get_trials(deepcopy=False):
             record = TrialRecord.from_trial(trial)
             if record.failure and record.failure.kind == "oom" and record.settings:
@@ -153,6 +157,7 @@ class TrialRules:
     # ----------------------------------------------------------------- one trial
     def begin(self, trial: ProposedTrial) -> tuple[str, Settings]:
         """The trial's role and config: sampled when exploring, given otherwise."""
+        trial.set_user_attr(OWNER, owner())
         role = str(trial.user_attrs.get(ROLE, "explore"))
         if role == "explore":
             settings = self.plan.space.sample(trial)
@@ -375,6 +380,30 @@ def best_record(study: optuna.Study) -> TrialRecord | None:
     return best
 
 
+def run_fixed(study: optuna.Study, objective: Objective, attrs: dict[str, Any]) -> None:
+    """Run one trial with given attributes (a config to measure) as its own trial.
+
+    Not through Optuna's queue of waiting trials: any search on the same study
+    pops from that queue, so a finalist queued by one search could be measured
+    by another one, and missed by the search that wanted it.
+    """
+    template = optuna.trial.create_trial(state=TrialState.RUNNING, user_attrs=attrs)
+    trial_id = study._storage.create_new_trial(study._study_id, template_trial=template)
+    trial = optuna.Trial(study, trial_id)
+    try:
+        value = objective(trial)
+    except TrialFailed:
+        study.tell(trial, state=TrialState.FAIL)
+    except optuna.TrialPruned:
+        study.tell(trial, state=TrialState.PRUNED)
+    except BaseException:
+        study.tell(trial, state=TrialState.FAIL)
+        raise
+    else:
+        study.tell(trial, value)
+    objective.after(study, study._storage.get_trial(trial_id))
+
+
 def enqueue(study: optuna.Study, params: dict[str, Any], attrs: dict[str, Any]) -> None:
     """Queue a trial with fixed parameters and attributes."""
     study.enqueue_trial(params, user_attrs=attrs)
@@ -389,9 +418,19 @@ def enqueue_warm_starts(plan: ExplorePlan) -> None:
             enqueue(plan.study, plan.space.params(settings), {ROLE: "explore"})
 
 
+def group_attrs(settings: list[Settings], roles: list[str]) -> tuple[str, list[dict[str, Any]]]:
+    """A new group id, and the attributes of a trial for each config to measure fully."""
+    group = uuid.uuid4().hex
+    attrs = [
+        {ROLE: role, SETTINGS: config.to_dict(), GROUP: group}
+        for config, role in zip(settings, roles, strict=True)
+    ]
+    return group, attrs
+
+
 def enqueue_group(study: optuna.Study, settings: list[Settings], roles: list[str]) -> str:
     """Queue configs to measure fully, tagged with a new group id; returns the id."""
-    group = uuid.uuid4().hex
-    for config, role in zip(settings, roles, strict=True):
-        enqueue(study, {}, {ROLE: role, SETTINGS: config.to_dict(), GROUP: group})
+    group, attrs = group_attrs(settings, roles)
+    for trial_attrs in attrs:
+        enqueue(study, {}, trial_attrs)
     return group
