@@ -259,23 +259,23 @@ def study_names(path: Path) -> list[str]:
 def open_study(path: Path, name: str, *, create: bool) -> optuna.Study:
     """The study ``name`` in ``path``; created when ``create`` and absent.
 
-    When only reading and the file holds exactly one study, that one is used
-    whatever its name.
+    A file that holds exactly one study means that one, whatever its name (a
+    renamed or copied file): it is read, or continued, rather than given a second
+    study.
     """
     store = storage(path, must_exist=not create)
     try:
-        if create:
+        names = [s.study_name for s in optuna.get_all_study_summaries(store)]
+        if name not in names and len(names) == 1:
+            name = names[0]
+        if name not in names:
+            if not create:
+                raise StudyError(
+                    f"{path} holds no study named {name!r}; it holds {names or 'none'}."
+                )
             with quiet_optuna():
                 return optuna.create_study(
                     storage=store, study_name=name, direction="maximize", load_if_exists=True
-                )
-        names = [s.study_name for s in optuna.get_all_study_summaries(store)]
-        if name not in names:
-            if len(names) == 1:
-                name = names[0]
-            else:
-                raise StudyError(
-                    f"{path} holds no study named {name!r}; it holds {names or 'none'}."
                 )
         return optuna.load_study(storage=store, study_name=name)
     except StudyError:
