@@ -94,11 +94,15 @@ class OutOfMemoryRule:
         if known is None or settings.batch_size < known[0]:
             return None
         batch, number = known
+        which = (
+            f"batch {batch}"
+            if settings.batch_size == batch
+            else f"batch {settings.batch_size} > batch {batch}, which"
+        )
         return Failure(
             kind="infeasible",
             message=(
-                f"not run: batch {settings.batch_size} >= batch {batch}, which ran out of "
-                f"memory with the same settings in trial #{number}"
+                f"not run: {which} ran out of memory with the same settings in trial #{number}"
             ),
         )
 

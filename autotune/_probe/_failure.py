@@ -9,10 +9,11 @@ from pathlib import Path
 
 from autotune._probe._protocol import Failure, FailureKind
 
-SHM_HINT = (
-    "shared memory (/dev/shm) is too small for the batches in flight; give the container more "
-    "(docker run --shm-size=8g), or use fewer workers or a smaller prefetch_factor"
+SHM_FIX = (
+    "give the container more (docker run --shm-size=8g), or use fewer workers or a smaller "
+    "prefetch_factor"
 )
+SHM_HINT = f"shared memory (/dev/shm) is too small for the batches in flight; {SHM_FIX}"
 _VMSTAT = Path("/proc/vmstat")
 _SIGNAL_HINTS: dict[int, str] = {
     signal.SIGSEGV.value: "a segmentation fault in native code (the dataset, the model, or a "
@@ -146,16 +147,18 @@ def shm_shortfall(
     """
     if num_workers == 0 or batch_bytes <= 0:
         return None
-    in_flight = num_workers * (prefetch_factor or 2) + 1
+    prefetch = prefetch_factor or 2  # the DataLoader's default
+    in_flight = num_workers * prefetch + 1
     needed = in_flight * batch_bytes
     if needed <= free_bytes:
         return None
+    workers = f"{num_workers} worker{'s' if num_workers > 1 else ''}"
     return Failure(
         kind="shm",
         message=(
-            f"not run: {in_flight} batches in flight ({num_workers} workers x prefetch "
-            f"{prefetch_factor or 2}, + 1) of {_mib(batch_bytes)} need {_mib(needed)} of "
-            f"shared memory (/dev/shm), and {_mib(free_bytes)} is free ({SHM_HINT})"
+            f"not run: {in_flight} batches in flight ({workers} x prefetch {prefetch}, + 1) "
+            f"of {_mib(batch_bytes)} need {_mib(needed)} of shared memory (/dev/shm), and "
+            f"{_mib(free_bytes)} is free; {SHM_FIX}"
         ),
     )
 
