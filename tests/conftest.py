@@ -9,6 +9,7 @@ import io
 import multiprocessing
 import multiprocessing.util
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -164,14 +165,36 @@ def _listing(path: Path) -> set[str]:
         return set()
 
 
+_SHM_NAMES = ("torch_", "sem.mp-", "psm_", "pym-")
+"""What torch (shared tensors), multiprocessing (semaphores, shared_memory, heap
+arenas) name their files in /dev/shm; other programs on the machine use it too."""
+
+
+def _ours(name: str) -> bool:
+    """Whether a new file in /dev/shm may be this session's (a torch file of a live
+    process of another session is not)."""
+    if not name.startswith(_SHM_NAMES):
+        return False
+    match = re.match(r"torch_(\d+)_", name)
+    if match is None:
+        return True
+    try:
+        return (
+            psutil.Process(int(match.group(1))).environ().get(SESSION_TAG)
+            == os.environ[SESSION_TAG]
+        )
+    except psutil.Error:
+        return True  # its maker is gone: nobody else will remove it
+
+
 @pytest.fixture(autouse=True)
 def no_leftover_files(private_tempdir: Path) -> Iterator[None]:
-    """Every test must leave no temp file and no shared-memory segment behind."""
+    """Every test must leave no temp file and no shared-memory file behind."""
     temp_before, shm_before = _listing(private_tempdir), _listing(SHM)
     yield
     for _ in range(20):  # helpers of a finished subprocess may still be on their way out
         temp = _listing(private_tempdir) - temp_before - _expected_temp_entries()
-        shm = _listing(SHM) - shm_before
+        shm = {name for name in _listing(SHM) - shm_before if _ours(name)}
         if not temp and not shm:
             return
         time.sleep(0.25)

@@ -123,20 +123,39 @@ def one_error_line(err: str) -> str:
     return lines[0].removeprefix("autotune: error: ")
 
 
-def drive(driver: str, case: Case, workdir: Path, capsys: Any, *args: str) -> Outcome:
-    """Run ``case`` as a search, in this process, through ``driver``."""
-    study = workdir / "studies" / f"{NAME}.db"
+def api_keywords(case: Case, args: tuple[str, ...]) -> dict[str, Any]:
+    """The keywords of autotune.search that ``case`` and the CLI's ``args`` mean."""
+    keywords = case.api_kwargs()
+    flags = list(args)
+    while flags:
+        flag = flags.pop(0)
+        if flag == "--resume":
+            keywords["resume"] = True
+        elif flag in ("--study", "--trials"):
+            value = flags.pop(0)
+            keywords[flag[2:]] = int(value) if flag == "--trials" else value
+        else:
+            raise ValueError(f"no API keyword for {flag}")
+    return keywords
+
+
+def drive(
+    driver: str, case: Case, workdir: Path, capsys: Any, *args: str, config: Path | None = None
+) -> Outcome:
+    """Run ``case`` as a search, in this process, through ``driver``; the CLI's config is
+    written to ``config`` (default: fault.py in ``workdir``)."""
+    keywords = api_keywords(case, args)
+    study = Path(keywords.get("study") or workdir / "studies" / f"{NAME}.db")
     if driver == "cli":
-        config = workdir / f"{NAME}.py"
+        config = config or workdir / f"{NAME}.py"
         config.write_text(case.config())
         code = main(["search", str(config), *args])
         err = capsys.readouterr().err
         return Outcome(
             code=code, error=one_error_line(err) if code else None, stderr=err, study=study
         )
-    extra = {"resume": True} if "--resume" in args else {}
     try:
-        result = autotune.search(**case.api_kwargs(), **extra)
+        result = autotune.search(**keywords)
     except autotune.AutotuneError as error:
         return Outcome(code=2, error=str(error), study=study)
     return Outcome(code=0, error=None, result=result, study=study)
@@ -199,14 +218,21 @@ class Running:
     """A search running as a process of its own, in its own session, as a job started
     from a terminal is; its stderr is read as it comes."""
 
-    def __init__(self, driver: str, case: Case, cwd: Path, *args: str, env: Mapping[str, str] = {}):
+    def __init__(
+        self,
+        driver: str,
+        case: Case,
+        cwd: Path,
+        *args: str,
+        config: Path | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         if driver == "cli":
-            (cwd / f"{NAME}.py").write_text(case.config())
-            command = [sys.executable, "-m", "autotune", "search", f"{NAME}.py", *args]
+            config = config or cwd / f"{NAME}.py"
+            config.write_text(case.config())
+            command = [sys.executable, "-m", "autotune", "search", str(config), *args]
         else:
-            keywords = {k: v for k, v in case.api_kwargs().items() if k not in _PIECES}
-            if "--resume" in args:
-                keywords["resume"] = True
+            keywords = {k: v for k, v in api_keywords(case, args).items() if k not in _PIECES}
             spec = {
                 "pieces": {
                     "dataset": case.dataset,
@@ -220,7 +246,7 @@ class Running:
         self.process = subprocess.Popen(
             command,
             cwd=cwd,
-            env={**os.environ, "PYTHONPATH": str(TESTS), **env},
+            env={**os.environ, "PYTHONPATH": str(TESTS), **(env or {})},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -272,6 +298,45 @@ class Running:
 
 
 _PIECES = ("dataset", "model", "collate_fn")
+
+
+@dataclasses.dataclass(frozen=True)
+class Places:
+    """An empty working directory and an empty HOME, with the config and the study in
+    directories of their own: whatever a search writes besides its study shows."""
+
+    root: Path
+
+    @property
+    def cwd(self) -> Path:
+        return self.root / "cwd"
+
+    @property
+    def home(self) -> Path:
+        return self.root / "home"
+
+    @property
+    def config(self) -> Path:
+        return self.root / "configs" / f"{NAME}.py"
+
+    @property
+    def study(self) -> Path:
+        return self.root / "studies" / f"{NAME}.db"
+
+    def make(self) -> Places:
+        for directory in (self.cwd, self.home, self.config.parent, self.study.parent):
+            directory.mkdir(parents=True)
+        return self
+
+    def check_nothing_else_written(self) -> None:
+        assert listing(self.cwd) == []
+        assert listing(self.home) == []
+        assert listing(self.config.parent) in ([], [self.config.name])  # no __pycache__
+        assert listing(self.study.parent) == [self.study.name]
+
+
+def listing(directory: Path) -> list[str]:
+    return sorted(str(p.relative_to(directory)) for p in directory.rglob("*"))
 
 
 def finished_numbers(stderr: str) -> set[int]:

@@ -71,17 +71,14 @@ def test_a_search_records_dying_workers_and_goes_on(driver, death, workdir, caps
     assert autotune.load(outcome.study).settings.num_workers == 0
 
 
-@pytest.mark.parametrize("driver", ["cli", "api"])
-def test_a_crash_in_every_config_stops_the_search_naming_the_signal(
-    driver, workdir, capsys
-) -> None:
+def test_a_crash_in_every_config_stops_the_search_naming_the_signal(workdir, capsys) -> None:
     case = Case(
         dataset="segfault_after_dataset",
         batch_size=4,
         space={"num_workers": 0, "batch_size": [4, 8, 16], "threads": [1, 2]},
         options={"trials": 6},
     )
-    outcome = drive(driver, case, workdir, capsys)
+    outcome = drive("cli", case, workdir, capsys)
     assert outcome.code == 2
     assert "every config failed the same way: the probe process crashed with SIGSEGV" in (
         outcome.error

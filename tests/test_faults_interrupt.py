@@ -1,7 +1,8 @@
 """The search itself is stopped: Ctrl-C (it exits promptly, keeps every finished trial
 and --resume continues) or SIGKILL (the study opens afterwards, finished trials intact,
 and the next search fails the trial that was running at once). No process is left
-behind (the autouse fixtures check, orphans included)."""
+behind (the autouse fixtures check, orphans included), and nothing is written but the
+study (these searches run in an empty directory with an empty HOME)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,16 @@ import signal
 import time
 
 import pytest
-from faults import DRIVERS, Case, Running, drive, finished_numbers, study_trials
+from faults import (
+    DRIVERS,
+    Case,
+    Places,
+    Running,
+    api_keywords,
+    drive,
+    finished_numbers,
+    study_trials,
+)
 
 import autotune
 from autotune.cli import main
@@ -24,8 +34,16 @@ EIGHT_CONFIGS = {
     "batch_size": [8, 16],
     "amp": "off",
 }
-LONG = Case(space=EIGHT_CONFIGS, options={"trials": 8, "max_windows": 8, "window_seconds": 0.2})
-"""Trials of about two seconds, so that a signal lands in one."""
+LONG = Case(space=EIGHT_CONFIGS, options={"trials": 8, "max_windows": 5, "window_seconds": 0.2})
+"""Trials of about a second, so that a signal lands in one."""
+
+
+@pytest.fixture
+def places(tmp_path, monkeypatch) -> Places:
+    places = Places(tmp_path).make()
+    monkeypatch.chdir(places.cwd)
+    monkeypatch.setenv("HOME", str(places.home))
+    return places
 
 
 def check_kept(trials: list, finished: set[int]) -> None:
@@ -38,10 +56,11 @@ def check_kept(trials: list, finished: set[int]) -> None:
         assert trial.figures is not None and trial.figures.windows
 
 
-def test_ctrl_c_on_the_command_line(workdir, capsys) -> None:
-    running = Running("cli", LONG, workdir)
+def test_ctrl_c_on_the_command_line(places, capsys) -> None:
+    study = ("--study", str(places.study))
+    running = Running("cli", LONG, places.cwd, *study, config=places.config)
     running.wait_for(r"trial #1 ")
-    time.sleep(0.5)  # trial #2 is under way
+    time.sleep(0.3)  # trial #2 is under way
     os.killpg(running.process.pid, signal.SIGINT)  # as a terminal's Ctrl-C does
     sent = time.monotonic()
     code, stderr = running.finish(timeout=60)
@@ -49,9 +68,9 @@ def test_ctrl_c_on_the_command_line(workdir, capsys) -> None:
     assert code == 130
     assert "autotune: interrupted; every finished trial is kept in the study" in stderr
     assert "Traceback" not in stderr
+    places.check_nothing_else_written()
 
-    study = workdir / "studies" / "fault.db"
-    trials = study_trials(study)
+    trials = study_trials(places.study)
     finished = finished_numbers(stderr)
     assert len(finished) >= 2
     check_kept(trials, finished)
@@ -62,13 +81,17 @@ def test_ctrl_c_on_the_command_line(workdir, capsys) -> None:
     assert interrupted[0].failure.kind == "interrupted"
     assert interrupted[0].failure.message == "interrupted (Ctrl-C)"
 
-    resumed = drive("cli", LONG, workdir, capsys, "--resume", "--trials", "2")
+    resume = (*study, "--resume", "--trials", "1")
+    resumed = drive("cli", LONG, places.cwd, capsys, *resume, config=places.config)
     assert resumed.code == 0, resumed.error
-    after = study_trials(study)
-    assert {t.number for t in trials} <= {t.number for t in after}
+    after = study_trials(places.study)
+    assert [(t.number, t.state) for t in after[: len(trials)]] == [
+        (t.number, t.state) for t in trials
+    ]
     explored = [t for t in after if t.role == "explore" and t.state != "FAIL"]
-    assert len(explored) == len(finished) + 2
-    assert autotune.load(study).confirmed
+    assert len(explored) == len(finished) + 1
+    assert autotune.load(places.study).confirmed
+    places.check_nothing_else_written()
 
 
 class CtrlCDuring(autotune.QuietProgress):
@@ -88,55 +111,71 @@ class CtrlCDuring(autotune.QuietProgress):
         self.finished.add(record.number)
 
 
-def test_ctrl_c_in_the_python_api(workdir) -> None:
+def test_ctrl_c_in_the_python_api(places) -> None:
+    keywords = api_keywords(LONG, ("--study", str(places.study)))
     progress = CtrlCDuring(number=2)
     with pytest.raises(KeyboardInterrupt):
-        autotune.search(**LONG.api_kwargs(), progress=progress)
+        autotune.search(**keywords, progress=progress)
     assert progress.sent is not None
     assert time.monotonic() - progress.sent < 10
 
-    study = workdir / "studies" / "fault.db"
-    trials = study_trials(study)
+    trials = study_trials(places.study)
     assert progress.finished == {0, 1}
     check_kept(trials, progress.finished)
-    assert trials[2].state == "FAIL" and trials[2].failure.kind == "interrupted"
+    assert [t.state for t in trials][2:] == ["FAIL"]
+    assert trials[2].failure.kind == "interrupted"
 
-    result = autotune.search(**{**LONG.api_kwargs(), "trials": 2}, resume=True)
-    after = study_trials(study)
+    result = autotune.search(**{**keywords, "trials": 1}, resume=True)
+    after = study_trials(places.study)
     assert [t.state for t in after[:3]] == [t.state for t in trials]
-    assert len([t for t in after if t.role == "explore" and t.state != "FAIL"]) == 4
+    assert len([t for t in after if t.role == "explore" and t.state != "FAIL"]) == 3
     assert result.confirmed
+    places.check_nothing_else_written()
 
 
-@pytest.mark.parametrize("driver", DRIVERS)
-def test_sigkill_of_the_search(driver, workdir, capsys) -> None:
-    running = Running(driver, LONG, workdir)
-    running.wait_for(r"trial #1 ")
-    time.sleep(0.5)  # trial #2 is under way
-    running.process.kill()  # the search alone: its probe must notice and end itself
-    code, stderr = running.finish(timeout=60)
-    assert code == -signal.SIGKILL
+def test_sigkill_of_the_search(tmp_path, monkeypatch, capsys) -> None:
+    """Through both drivers at once, each in a place of its own."""
+    places = {driver: Places(tmp_path / driver).make() for driver in DRIVERS}
+    running = {
+        driver: Running(
+            driver,
+            LONG,
+            places[driver].cwd,
+            "--study",
+            str(places[driver].study),
+            config=places[driver].config,
+            env={"HOME": str(places[driver].home)},
+        )
+        for driver in DRIVERS
+    }
+    for search in running.values():
+        search.wait_for(r"trial #1 ")
+        time.sleep(0.3)  # trial #2 is under way
+        search.process.kill()  # the search alone: its probe must notice and end itself
+    for driver, search in running.items():
+        code, stderr = search.finish(timeout=60)
+        assert code == -signal.SIGKILL
+        place = places[driver]
+        place.check_nothing_else_written()
 
-    study = workdir / "studies" / "fault.db"
-    trials = study_trials(study)  # it opens
-    finished = finished_numbers(stderr)
-    assert len(finished) >= 2
-    check_kept(trials, finished)
-    left_running = [t for t in trials if t.state == "RUNNING"]
-    assert len(left_running) == 1
-    assert main(["show", str(study)]) == 0
-    assert "RUNNING" in capsys.readouterr().out
+        trials = study_trials(place.study)  # it opens
+        finished = finished_numbers(stderr)
+        assert len(finished) >= 2
+        check_kept(trials, finished)
+        left_running = [t for t in trials if t.state == "RUNNING"]
+        assert len(left_running) == 1
+        assert main(["show", str(place.study)]) == 0
+        assert "RUNNING" in capsys.readouterr().out
 
-    # The next search on it fails that trial at once (its search is gone), and goes on.
-    again = drive(
-        driver,
-        dataclasses.replace(LONG, options={**LONG.options, "trials": 1}),
-        workdir,
-        capsys,
-        "--resume",
-    )
-    assert again.code == 0, again.error
-    stale = {t.number: t for t in study_trials(study)}[left_running[0].number]
-    assert stale.state == "FAIL"
-    assert stale.failure.kind == "interrupted"
-    assert stale.failure.message.startswith(f"the search running it (pid {running.process.pid})")
+        # The next search on it fails that trial at once (its search is gone), and goes on.
+        monkeypatch.chdir(place.cwd)
+        monkeypatch.setenv("HOME", str(place.home))
+        shorter = dataclasses.replace(LONG, options={**LONG.options, "trials": 1})
+        study = ("--study", str(place.study))
+        again = drive(driver, shorter, place.cwd, capsys, *study, "--resume", config=place.config)
+        assert again.code == 0, again.error
+        stale = {t.number: t for t in study_trials(place.study)}[left_running[0].number]
+        assert stale.state == "FAIL"
+        assert stale.failure.kind == "interrupted"
+        assert stale.failure.message.startswith(f"the search running it (pid {search.process.pid})")
+        place.check_nothing_else_written()
