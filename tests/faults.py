@@ -8,12 +8,14 @@ a command of its own when the test must signal or kill it), ``api`` is
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import pickle
 import queue
 import re
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -337,6 +339,27 @@ class Places:
 
 def listing(directory: Path) -> list[str]:
     return sorted(str(p.relative_to(directory)) for p in directory.rglob("*"))
+
+
+def wait_for_running_trial(study: Path, number: int, timeout: float = 120) -> None:
+    """Block until trial ``number`` of the study at ``study`` is RUNNING (and measuring:
+    a moment more), reading the file as another process would."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if study.exists():
+            uri = f"file:{study}?mode=ro"
+            with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=30)) as connection:
+                try:
+                    rows = connection.execute(
+                        "SELECT state FROM trials WHERE number = ?", (number,)
+                    ).fetchall()
+                except sqlite3.OperationalError:  # no tables yet
+                    rows = []
+            if rows and rows[0][0] == "RUNNING":
+                time.sleep(0.3)
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"trial #{number} of {study} did not start within {timeout} s")
 
 
 def finished_numbers(stderr: str) -> set[int]:

@@ -21,6 +21,7 @@ from faults import (
     drive,
     finished_numbers,
     study_trials,
+    wait_for_running_trial,
 )
 
 import autotune
@@ -59,8 +60,7 @@ def check_kept(trials: list, finished: set[int]) -> None:
 def test_ctrl_c_on_the_command_line(places, capsys) -> None:
     study = ("--study", str(places.study))
     running = Running("cli", LONG, places.cwd, *study, config=places.config)
-    running.wait_for(r"trial #1 ")
-    time.sleep(0.3)  # trial #2 is under way
+    wait_for_running_trial(places.study, 2)
     os.killpg(running.process.pid, signal.SIGINT)  # as a terminal's Ctrl-C does
     sent = time.monotonic()
     code, stderr = running.finish(timeout=60)
@@ -148,9 +148,8 @@ def test_sigkill_of_the_search(tmp_path, monkeypatch, capsys) -> None:
         )
         for driver in DRIVERS
     }
-    for search in running.values():
-        search.wait_for(r"trial #1 ")
-        time.sleep(0.3)  # trial #2 is under way
+    for driver, search in running.items():
+        wait_for_running_trial(places[driver].study, 2)
         search.process.kill()  # the search alone: its probe must notice and end itself
     for driver, search in running.items():
         code, stderr = search.finish(timeout=60)

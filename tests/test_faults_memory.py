@@ -78,7 +78,8 @@ def test_out_of_memory_rules_out_larger_batches(
             r"settings in trial #\d+",
             trial.failure.message,
         )
-    assert autotune.load(outcome.study).settings.batch_size == 8
+    chosen = autotune.load(outcome.study).settings.batch_size
+    assert chosen < min(t.settings.batch_size for t in ooms)
 
 
 # ------------------------------------------------------------------ shared memory

@@ -279,7 +279,7 @@ def hang_in_workers_dataset() -> Dataset:
 
 
 def batch_memory_model() -> nn.Module:
-    return BatchMemoryModel(mib=16)
+    return BatchMemoryModel(mib=32)
 
 
 def big_items_dataset() -> Dataset:

@@ -326,16 +326,17 @@ class Objective:
         """Set on Ctrl-C while trials run in threads: they stop at their next window."""
 
     def __call__(self, trial: optuna.Trial) -> float:
-        role, settings = self.rules.begin(trial)
-        self.plan.progress.trial_started(trial.number, role, settings)
-        outcome = self.rules.settled(trial, settings, role)
-        if outcome is None:
-            try:
+        try:
+            role, settings = self.rules.begin(trial)
+            self.plan.progress.trial_started(trial.number, role, settings)
+            outcome = self.rules.settled(trial, settings, role)
+            if outcome is None:
                 result = self._probe(trial, settings, prunable=role == "explore")
-            except KeyboardInterrupt:
-                self.rules.interrupted(trial)
-                raise
-            outcome = self.rules.conclude(trial, settings, result)
+                outcome = self.rules.conclude(trial, settings, result)
+        except KeyboardInterrupt:
+            # Wherever in the trial Ctrl-C lands, the trial says why it failed.
+            self.rules.interrupted(trial)
+            raise
         return outcome.unwrap()
 
     def _probe(self, trial: optuna.Trial, settings: Settings, *, prunable: bool) -> ProbeResult:
