@@ -7,6 +7,8 @@ runs (no study is even created).
 
 from __future__ import annotations
 
+import multiprocessing
+
 import pytest
 import workloads
 from faults import DRIVERS, Case, drive, probe_request, search_file
@@ -108,3 +110,13 @@ def test_an_error_is_an_autotune_error_of_the_right_kind(workdir, write_config) 
         autotune.search(**Case(space={"num_workers": -1}).api_kwargs())
     with pytest.raises(autotune.WorkloadError):
         autotune.search(**Case(model="not_a_model").api_kwargs())
+
+
+def test_a_script_that_searches_without_a_main_guard_is_told_to_add_one(
+    workdir, monkeypatch
+) -> None:
+    # What a probe process sees while it imports such a script to find its functions.
+    monkeypatch.setattr(multiprocessing.current_process(), "_inheriting", True, raising=False)
+    with pytest.raises(autotune.ConfigError, match='call it under `if __name__ == "__main__":`'):
+        autotune.search(**Case().api_kwargs())
+    assert not (workdir / "studies").exists()

@@ -139,6 +139,21 @@ def _memory_of(process: psutil.Process) -> int:
         return 0
 
 
+def refuse_while_bootstrapping() -> None:
+    """Refuse to search from a probe process that is importing the user's main script
+    (to find the functions defined in it): the script calls the search unguarded.
+
+    Raises:
+        ConfigError: saying to guard the call with ``if __name__ == "__main__":``.
+    """
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise ConfigError(
+            "autotune.search() was called while a probe process imported your script; call "
+            'it under `if __name__ == "__main__":` (probes import the main script to find '
+            "the functions defined in it)."
+        )
+
+
 def run_probe(request: ProbeRequest, *, on_window: OnWindow | None = None) -> ProbeResult:
     """Run one probe in a fresh process and return what it measured.
 
@@ -146,13 +161,7 @@ def run_probe(request: ProbeRequest, *, on_window: OnWindow | None = None) -> Pr
     ``request.memory_limit`` or dies returns a result with its failure; it does
     not raise. KeyboardInterrupt propagates after the probe's processes are gone.
     """
-    if getattr(multiprocessing.current_process(), "_inheriting", False):
-        # A probe process is importing the user's main script, which calls search again.
-        raise ConfigError(
-            "autotune.search() was called while a probe process imported your script; call "
-            'it under `if __name__ == "__main__":` (probes import the main script to find '
-            "the functions defined in it)."
-        )
+    refuse_while_bootstrapping()
     if request.worker_start_method is None:
         request = dataclasses.replace(
             request, worker_start_method=multiprocessing.get_start_method()
