@@ -127,18 +127,20 @@ def _check_file(path: Path) -> None:
 
 
 class _Storage(optuna.storages.RDBStorage):
-    """Optuna's RDB storage with its trial-state check-and-set made atomic across this
-    process's threads: SQLite ignores ``SELECT ... FOR UPDATE``, so trials running in
-    parallel threads could otherwise both pop the same enqueued trial."""
+    """Optuna's RDB storage with its trial-state check-and-set made atomic across threads
+    and processes: SQLite ignores ``SELECT ... FOR UPDATE``, so two trials running in
+    parallel threads, or two searches on one study, could otherwise both pop the same
+    enqueued trial."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, path: Path, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._path = path
         self._state_lock = threading.Lock()
 
     def set_trial_state_values(
         self, trial_id: int, state: TrialState, values: Sequence[float] | None = None
     ) -> bool:
-        with self._state_lock:
+        with self._state_lock, _exclusive(self._path):
             return super().set_trial_state_values(trial_id, state, values)
 
     # Pickled like Optuna's own storage (Ray Tune pickles the searcher that holds it).
@@ -179,7 +181,7 @@ def storage(path: Path, *, must_exist: bool) -> optuna.storages.RDBStorage:
                 f"no study at {path}; run `autotune search CONFIG --study {path}` to make one."
             )
         path.parent.mkdir(parents=True, exist_ok=True)
-    with _opening(path):
+    with _exclusive(path):
         existed = path.exists()
         if existed:
             _check_file(path)
@@ -187,11 +189,14 @@ def storage(path: Path, *, must_exist: bool) -> optuna.storages.RDBStorage:
 
 
 @contextlib.contextmanager
-def _opening(path: Path) -> Iterator[None]:
-    """One process at a time opens a study of this directory: two searches starting at
-    once on a new study would both create its tables (and one fail), or one would find
-    the file the other has only begun to write and refuse it as not a study. Nothing is
-    written: the lock is on the directory itself."""
+def _exclusive(path: Path) -> Iterator[None]:
+    """Hold a lock on the study's directory, across threads and processes.
+
+    Opening a study holds it: two searches starting at once on a new study would
+    both create its tables (and one fail), or one would find the file the other
+    has only begun to write and refuse it as not a study. Nothing is written: the
+    lock is on the directory itself (flock).
+    """
     try:
         import fcntl
     except ImportError:  # not POSIX: SQLite's own locks are all there is
@@ -220,6 +225,7 @@ def _open_storage(path: Path, *, existed: bool) -> optuna.storages.RDBStorage:
             warnings.simplefilter("ignore", ExperimentalWarning)
             return _Storage(
                 url,
+                path=path,
                 engine_kwargs={"connect_args": {"timeout": LOCK_TIMEOUT_SECONDS}},
                 heartbeat_interval=_HEARTBEAT_SECONDS,
                 grace_period=3 * _HEARTBEAT_SECONDS,
