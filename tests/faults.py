@@ -341,25 +341,31 @@ def listing(directory: Path) -> list[str]:
     return sorted(str(p.relative_to(directory)) for p in directory.rglob("*"))
 
 
-def wait_for_running_trial(study: Path, number: int, timeout: float = 120) -> None:
-    """Block until trial ``number`` of the study at ``study`` is RUNNING (and measuring:
-    a moment more), reading the file as another process would."""
+def running_trial(study: Path, at_least: int) -> int | None:
+    """The number of a RUNNING trial numbered ``at_least`` or more in the study at
+    ``study``, if there is one; read as another process would."""
+    if not study.exists():
+        return None
+    uri = f"file:{study}?mode=ro"
+    with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=30)) as connection:
+        try:
+            row = connection.execute(
+                "SELECT number FROM trials WHERE state = 'RUNNING' AND number >= ?", (at_least,)
+            ).fetchone()
+        except sqlite3.OperationalError:  # no tables yet
+            return None
+    return None if row is None else int(row[0])
+
+
+def wait_for_running_trial(study: Path, at_least: int, timeout: float = 120) -> None:
+    """Block until a trial numbered ``at_least`` or more runs (and measures: a moment
+    more) in the study at ``study``."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if study.exists():
-            uri = f"file:{study}?mode=ro"
-            with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=30)) as connection:
-                try:
-                    rows = connection.execute(
-                        "SELECT state FROM trials WHERE number = ?", (number,)
-                    ).fetchall()
-                except sqlite3.OperationalError:  # no tables yet
-                    rows = []
-            if rows and rows[0][0] == "RUNNING":
-                time.sleep(0.3)
-                return
+    while running_trial(study, at_least) is None:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no trial #{at_least}+ of {study} ran within {timeout} s")
         time.sleep(0.05)
-    raise AssertionError(f"trial #{number} of {study} did not start within {timeout} s")
+    time.sleep(0.3)
 
 
 def finished_numbers(stderr: str) -> set[int]:

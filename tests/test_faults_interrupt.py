@@ -20,6 +20,7 @@ from faults import (
     api_keywords,
     drive,
     finished_numbers,
+    running_trial,
     study_trials,
     wait_for_running_trial,
 )
@@ -60,7 +61,7 @@ def check_kept(trials: list, finished: set[int]) -> None:
 def test_ctrl_c_on_the_command_line(places, capsys) -> None:
     study = ("--study", str(places.study))
     running = Running("cli", LONG, places.cwd, *study, config=places.config)
-    wait_for_running_trial(places.study, 2)
+    wait_for_running_trial(places.study, at_least=2)
     os.killpg(running.process.pid, signal.SIGINT)  # as a terminal's Ctrl-C does
     sent = time.monotonic()
     code, stderr = running.finish(timeout=60)
@@ -148,9 +149,18 @@ def test_sigkill_of_the_search(tmp_path, monkeypatch, capsys) -> None:
         )
         for driver in DRIVERS
     }
-    for driver, search in running.items():
-        wait_for_running_trial(places[driver].study, 2)
-        search.process.kill()  # the search alone: its probe must notice and end itself
+    # Each is killed, the search alone (its probe must notice and end itself), as soon
+    # as two trials are done and another one runs.
+    alive = dict(running)
+    deadline = time.monotonic() + 120
+    while alive and time.monotonic() < deadline:
+        for driver, search in list(alive.items()):
+            if running_trial(places[driver].study, at_least=2) is not None:
+                time.sleep(0.3)  # measuring
+                search.process.kill()
+                del alive[driver]
+        time.sleep(0.05)
+    assert not alive, f"no trial #2+ ran in {list(alive)}"
     for driver, search in running.items():
         code, stderr = search.finish(timeout=60)
         assert code == -signal.SIGKILL
