@@ -171,20 +171,20 @@ arenas) name their files in /dev/shm; other programs on the machine use it too."
 
 
 def _ours(name: str) -> bool:
-    """Whether a new file in /dev/shm may be this session's (a torch file of a live
-    process of another session is not)."""
+    """Whether a new file in /dev/shm is this session's. torch names its files after the
+    process that made them: one whose maker is gone cannot be told from another
+    program's leftover (another test session's, on a shared machine), so those are
+    checked where /dev/shm is private, in tests/test_faults_memory.py."""
     if not name.startswith(_SHM_NAMES):
         return False
     match = re.match(r"torch_(\d+)_", name)
     if match is None:
         return True
     try:
-        return (
-            psutil.Process(int(match.group(1))).environ().get(SESSION_TAG)
-            == os.environ[SESSION_TAG]
-        )
+        tag = psutil.Process(int(match.group(1))).environ().get(SESSION_TAG)
     except psutil.Error:
-        return True  # its maker is gone: nobody else will remove it
+        return False
+    return tag == os.environ[SESSION_TAG]
 
 
 @pytest.fixture(autouse=True)
