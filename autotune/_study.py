@@ -101,8 +101,11 @@ def _check_file(path: Path) -> None:
             f"{path} is not a study: it is not an SQLite database. Nothing was written; "
             "give another --study path."
         )
+    # Read only, unless a search was killed while writing: then SQLite rolls its journal
+    # back on opening (the study as of its last commit), which a read-only opener cannot.
+    mode = "rw" if Path(f"{path}-journal").exists() else "ro"
     try:
-        uri = f"file:{path.resolve()}?mode=ro"
+        uri = f"file:{path.resolve()}?mode={mode}"
         with contextlib.closing(
             sqlite3.connect(uri, uri=True, timeout=LOCK_TIMEOUT_SECONDS)
         ) as connection:

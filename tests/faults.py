@@ -330,11 +330,15 @@ class Places:
             directory.mkdir(parents=True)
         return self
 
-    def check_nothing_else_written(self) -> None:
+    def check_nothing_else_written(self, *, killed: bool = False) -> None:
+        """Only the config and the study; after a kill, maybe also SQLite's journal of the
+        write the kill cut short (the next opening rolls it back)."""
         assert listing(self.cwd) == []
         assert listing(self.home) == []
         assert listing(self.config.parent) in ([], [self.config.name])  # no __pycache__
-        assert listing(self.study.parent) == [self.study.name]
+        studies = [self.study.name] + ([f"{self.study.name}-journal"] if killed else [])
+        assert set(listing(self.study.parent)) <= set(studies)
+        assert self.study.name in listing(self.study.parent)
 
 
 def listing(directory: Path) -> list[str]:

@@ -165,7 +165,7 @@ def test_sigkill_of_the_search(tmp_path, monkeypatch, capsys) -> None:
         code, stderr = search.finish(timeout=60)
         assert code == -signal.SIGKILL
         place = places[driver]
-        place.check_nothing_else_written()
+        place.check_nothing_else_written(killed=True)
 
         trials = study_trials(place.study)  # it opens
         finished = finished_numbers(stderr)

@@ -144,6 +144,37 @@ def test_a_locked_study_is_named_as_locked_and_left_alone(driver, locked, workdi
     assert digest(locked) == before
 
 
+KILLED_WHILE_WRITING = """
+import os, signal, sqlite3, sys
+connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+connection.execute("PRAGMA cache_size = 2")  # so that the write reaches the file at once
+connection.execute("BEGIN")
+connection.execute("CREATE TABLE ballast (x)")
+for i in range(5000):
+    connection.execute("INSERT INTO ballast VALUES (?)", (str(i) * 50,))
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_study_whose_writer_was_killed_mid_write_opens_as_last_committed(
+    driver, saved_study, workdir, capsys
+) -> None:
+    path = copy_of(saved_study, workdir)
+    expected = autotune.load(saved_study).settings
+    subprocess.run([sys.executable, "-c", KILLED_WHILE_WRITING, str(path)], check=False)
+    assert Path(f"{path}-journal").exists()  # a hot journal: the file holds half a write
+    if driver == "cli":
+        assert main(["show", str(path)]) == 0, capsys.readouterr().err
+        assert "best: " in capsys.readouterr().out
+    else:
+        assert autotune.load(path).settings == expected
+    assert not Path(f"{path}-journal").exists()
+    with sqlite3.connect(path) as connection:
+        tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master")}
+    assert "ballast" not in tables  # rolled back
+
+
 def moved(saved_study: Path, workdir: Path) -> Path:
     """A copy of the study whose settings were tuned on another machine."""
     path = copy_of(saved_study, workdir)
