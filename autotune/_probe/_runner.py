@@ -115,15 +115,13 @@ class TreeWatch:
             return list(self._seen)
 
     def kill_all(self) -> None:
-        """SIGKILL every process of the tree ever seen that is still alive, and wait for
-        them to be gone."""
+        """SIGKILL every process of the tree ever seen that is still alive."""
         self.collect()
         with self._lock:
             processes = list(self._seen.values())
         for process in processes:
             with contextlib.suppress(psutil.Error):
                 process.kill()  # psutil checks the pid was not reused
-        psutil.wait_procs(processes, timeout=_GRACE_SECONDS)
 
 
 def _memory_of(process: psutil.Process) -> int:
