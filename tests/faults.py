@@ -61,7 +61,7 @@ class Case:
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def search_options(self) -> dict[str, Any]:
-        return {**QUICK, "trials": 2, "seed": 0, "finalists": 1, **self.options}
+        return {**QUICK, "max_windows": 2, "trials": 2, "seed": 0, "finalists": 1, **self.options}
 
     def config(self) -> str:
         """The case as a config file."""

@@ -6,12 +6,18 @@ study (these searches run in an empty directory with an empty HOME)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
+import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
+import psutil
 import pytest
+import workloads
 from faults import (
     DRIVERS,
     Case,
@@ -20,12 +26,15 @@ from faults import (
     api_keywords,
     drive,
     finished_numbers,
+    probe_request,
     running_trial,
     study_trials,
     wait_for_running_trial,
 )
 
 import autotune
+from autotune._probe import run_probe
+from autotune._settings import Settings
 from autotune.cli import main
 
 EIGHT_CONFIGS = {
@@ -58,22 +67,39 @@ def check_kept(trials: list, finished: set[int]) -> None:
         assert trial.figures is not None and trial.figures.windows
 
 
+@contextlib.contextmanager
+def ctrl_c_once_running(study: Path) -> Iterator[list[float]]:
+    """Send this process a real SIGINT, as Ctrl-C does, once a trial after the first one
+    is measuring; yields the list that gets the time it was sent."""
+    sent: list[float] = []
+
+    def watch() -> None:
+        with contextlib.suppress(AssertionError):
+            wait_for_running_trial(study, at_least=1)
+            sent.append(time.monotonic())
+            os.kill(os.getpid(), signal.SIGINT)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    yield sent
+    thread.join(timeout=10)
+
+
 def test_ctrl_c_on_the_command_line(places, capsys) -> None:
     study = ("--study", str(places.study))
-    running = Running("cli", LONG, places.cwd, *study, config=places.config)
-    wait_for_running_trial(places.study, at_least=2)
-    os.killpg(running.process.pid, signal.SIGINT)  # as a terminal's Ctrl-C does
-    sent = time.monotonic()
-    code, stderr = running.finish(timeout=60)
-    assert time.monotonic() - sent < 10
+    places.config.write_text(LONG.config())
+    with ctrl_c_once_running(places.study) as sent:
+        code = main(["search", str(places.config), *study])
+    assert sent and time.monotonic() - sent[0] < 10  # promptly
     assert code == 130
+    stderr = capsys.readouterr().err
     assert "autotune: interrupted; every finished trial is kept in the study" in stderr
     assert "Traceback" not in stderr
     places.check_nothing_else_written()
 
     trials = study_trials(places.study)
     finished = finished_numbers(stderr)
-    assert len(finished) >= 2
+    assert finished
     check_kept(trials, finished)
     assert not [t for t in trials if t.state == "RUNNING"]
     interrupted = [t for t in trials if t.number not in finished]
@@ -95,6 +121,25 @@ def test_ctrl_c_on_the_command_line(places, capsys) -> None:
     places.check_nothing_else_written()
 
 
+def test_a_probe_runs_in_a_session_of_its_own() -> None:
+    """So a terminal's Ctrl-C, sent to the search's process group, reaches the search
+    alone: it ends the probe and records the trial itself."""
+    sessions = []
+
+    def on_window(window, windows) -> bool:
+        for process in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if process.name() != "pt_data_worker" and process.ppid() != os.getpid():
+                    sessions.append((process.pid, os.getsid(process.pid), os.getpgid(process.pid)))
+        return False
+
+    settings = Settings(batch_size=4, num_workers=1, prefetch_factor=2)
+    run_probe(probe_request(workloads.SleepyDataset(), settings=settings), on_window=on_window)
+    probes = [(pid, sid, group) for pid, sid, group in sessions if sid == pid]
+    assert len(probes) == 1  # the probe leads a session; its workers are in its group
+    assert os.getpgid(0) not in {group for _pid, _sid, group in sessions}
+
+
 class CtrlCDuring(autotune.QuietProgress):
     """Sends this process a real SIGINT while trial ``number`` is measuring."""
 
@@ -114,22 +159,22 @@ class CtrlCDuring(autotune.QuietProgress):
 
 def test_ctrl_c_in_the_python_api(places) -> None:
     keywords = api_keywords(LONG, ("--study", str(places.study)))
-    progress = CtrlCDuring(number=2)
+    progress = CtrlCDuring(number=1)
     with pytest.raises(KeyboardInterrupt):
         autotune.search(**keywords, progress=progress)
     assert progress.sent is not None
     assert time.monotonic() - progress.sent < 10
 
     trials = study_trials(places.study)
-    assert progress.finished == {0, 1}
+    assert progress.finished == {0}
     check_kept(trials, progress.finished)
-    assert [t.state for t in trials][2:] == ["FAIL"]
-    assert trials[2].failure.kind == "interrupted"
+    assert [t.state for t in trials][1:] == ["FAIL"]
+    assert trials[1].failure.kind == "interrupted"
 
     result = autotune.search(**{**keywords, "trials": 1}, resume=True)
     after = study_trials(places.study)
-    assert [t.state for t in after[:3]] == [t.state for t in trials]
-    assert len([t for t in after if t.role == "explore" and t.state != "FAIL"]) == 3
+    assert [t.state for t in after[:2]] == [t.state for t in trials]
+    assert len([t for t in after if t.role == "explore" and t.state != "FAIL"]) == 2
     assert result.confirmed
     places.check_nothing_else_written()
 
@@ -150,41 +195,46 @@ def test_sigkill_of_the_search(tmp_path, monkeypatch, capsys) -> None:
         for driver in DRIVERS
     }
     # Each is killed, the search alone (its probe must notice and end itself), as soon
-    # as two trials are done and another one runs.
+    # as a trial is done and another one runs.
     alive = dict(running)
     deadline = time.monotonic() + 120
     while alive and time.monotonic() < deadline:
         for driver, search in list(alive.items()):
-            if running_trial(places[driver].study, at_least=2) is not None:
+            if running_trial(places[driver].study, at_least=1) is not None:
                 time.sleep(0.3)  # measuring
                 search.process.kill()
                 del alive[driver]
         time.sleep(0.05)
-    assert not alive, f"no trial #2+ ran in {list(alive)}"
+    assert not alive, f"no trial #1+ ran in {list(alive)}"
     for driver, search in running.items():
         code, stderr = search.finish(timeout=60)
         assert code == -signal.SIGKILL
         place = places[driver]
-        place.check_nothing_else_written(killed=True)
-
-        trials = study_trials(place.study)  # it opens
+        trials = study_trials(place.study)
         finished = finished_numbers(stderr)
-        assert len(finished) >= 2
+        assert finished
         check_kept(trials, finished)
         left_running = [t for t in trials if t.state == "RUNNING"]
         assert len(left_running) == 1
-        assert main(["show", str(place.study)]) == 0
-        assert "RUNNING" in capsys.readouterr().out
+        # It opens: `autotune show` for the command line's, autotune.load for the API's.
+        if driver == "cli":
+            assert main(["show", str(place.study)]) == 0
+            assert "RUNNING" in capsys.readouterr().out
+        else:
+            assert autotune.load(place.study).settings is not None
+        place.check_nothing_else_written(killed=True)
 
-        # The next search on it fails that trial at once (its search is gone), and goes on.
-        monkeypatch.chdir(place.cwd)
-        monkeypatch.setenv("HOME", str(place.home))
-        shorter = dataclasses.replace(LONG, options={**LONG.options, "trials": 1})
-        study = ("--study", str(place.study))
-        again = drive(driver, shorter, place.cwd, capsys, *study, "--resume", config=place.config)
-        assert again.code == 0, again.error
-        stale = {t.number: t for t in study_trials(place.study)}[left_running[0].number]
-        assert stale.state == "FAIL"
-        assert stale.failure.kind == "interrupted"
-        assert stale.failure.message.startswith(f"the search running it (pid {search.process.pid})")
-        place.check_nothing_else_written()
+    # The next search on a study fails the trial left running at once (its search is
+    # gone, on this machine), and goes on.
+    place, search = places["cli"], running["cli"]
+    left_running = [t for t in study_trials(place.study) if t.state == "RUNNING"]
+    monkeypatch.chdir(place.cwd)
+    shorter = dataclasses.replace(LONG, options={**LONG.options, "trials": 1})
+    study = ("--study", str(place.study))
+    again = drive("cli", shorter, place.cwd, capsys, *study, "--resume", config=place.config)
+    assert again.code == 0, again.error
+    stale = {t.number: t for t in study_trials(place.study)}[left_running[0].number]
+    assert stale.state == "FAIL"
+    assert stale.failure.kind == "interrupted"
+    assert stale.failure.message.startswith(f"the search running it (pid {search.process.pid})")
+    place.check_nothing_else_written()

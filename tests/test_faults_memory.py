@@ -21,7 +21,7 @@ import autotune
 from autotune._probe import ProbeResult, run_probe
 from autotune._probe._failure import shm_shortfall
 
-BATCHES = {"num_workers": 0, "threads": 1, "amp": "off", "batch_size": [8, 16, 32, 64]}
+BATCHES = {"num_workers": 0, "threads": 1, "amp": "off", "batch_size": [8, 16, 32]}
 
 
 def probe(model, *, batch_size: int, **fields) -> ProbeResult:

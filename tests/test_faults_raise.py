@@ -7,25 +7,10 @@ from __future__ import annotations
 import re
 
 import pytest
-import workloads
-from faults import DRIVERS, Case, drive, probe_request
+from faults import DRIVERS, Case, drive
 
 import autotune
 from autotune._backends._objective import FATAL_REPEATS
-from autotune._probe import run_probe
-from autotune._settings import Settings
-
-
-@pytest.mark.parametrize("workers", [0, 2])
-def test_a_raising_dataset_fails_the_probe_with_its_own_error(workers: int) -> None:
-    settings = Settings(batch_size=4, num_workers=workers, prefetch_factor=2 if workers else None)
-    result = run_probe(probe_request(workloads.RaisingDataset(every=1), settings=settings))
-    assert result.failure is not None
-    assert result.failure.kind == "error"
-    assert result.failure.piece == "loading a batch (dataset)"
-    assert result.failure.message.startswith("ValueError: corrupt record")
-    if workers:
-        assert "DataLoader worker process" in result.failure.message
 
 
 @pytest.mark.parametrize("driver", DRIVERS)

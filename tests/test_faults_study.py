@@ -107,8 +107,8 @@ def test_a_bad_study_file_is_refused_untouched(
 @pytest.fixture
 def locked(saved_study, workdir, monkeypatch):
     """A copy of the study that another process holds an exclusive lock on; a lock
-    timeout of 1 s instead of the default minute."""
-    monkeypatch.setattr("autotune._study.LOCK_TIMEOUT_SECONDS", 1.0)
+    timeout of 0.5 s instead of the default minute."""
+    monkeypatch.setattr("autotune._study.LOCK_TIMEOUT_SECONDS", 0.5)
     path = copy_of(saved_study, workdir)
     holder = subprocess.Popen(
         [
@@ -137,7 +137,7 @@ def test_a_locked_study_is_named_as_locked_and_left_alone(driver, locked, workdi
     before = digest(locked)
     for error in refusals(driver, locked, workdir, capsys):
         assert error == (
-            f"{locked} is locked by another process and stayed locked for 1 s; wait for that "
+            f"{locked} is locked by another process and stayed locked for 0.5 s; wait for that "
             "process to finish (or end it) and run again, or give another --study path. "
             "Nothing was written."
         )
