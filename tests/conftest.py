@@ -208,21 +208,9 @@ def quick(**overrides: object) -> dict[str, object]:
 
 
 @pytest.fixture(scope="session")
-def saved_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One real small study, shared by the tests that read one (copy_of it to change it)."""
-    import workloads
-
-    import autotune
-
-    path = tmp_path_factory.mktemp("study") / "small.db"
-    autotune.search(
-        dataset=workloads.sleepy_dataset,
-        model=workloads.linear_model,
-        batch_size=8,
-        space={"num_workers": [0, 2], "threads": 1, "batch_size": 8, "amp": "off"},
-        **quick(trials=3, seed=0, study=str(path)),
-    )
-    return path
+def saved_study(small_study: SmallStudy) -> Path:
+    """The file of the shared small study; copy_of it to change it."""
+    return small_study.path
 
 
 def copy_of(study: Path, directory: Path) -> Path:

@@ -13,7 +13,7 @@ from test_faults_interrupt import LONG
 from autotune._probe import run_probe
 from autotune._study import GROUP, OWNER, ROLE
 
-BOTH = dataclasses.replace(LONG, options={**LONG.options, "trials": 2})
+BOTH = dataclasses.replace(LONG, options={**LONG.options, "trials": 2, "max_windows": 3})
 
 
 def test_two_searches_on_one_study_at_once(workdir, capsys) -> None:

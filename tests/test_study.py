@@ -25,7 +25,7 @@ def test_resolve_names_and_paths() -> None:
 def test_load_by_path_and_the_loader(saved_study: Path) -> None:
     result = autotune.load(saved_study)
     assert result.confirmed
-    assert result.settings.batch_size == 8
+    assert result.settings.batch_size in (8, 16)  # the small study's candidates
     assert result.baseline is not None and result.baseline.settings.num_workers == 0
     loader = result.loader(workloads.SleepyDataset(length=16))
     assert loader.num_workers == result.settings.num_workers
@@ -46,7 +46,7 @@ def test_an_unfinished_search_still_gives_settings(saved_study: Path, tmp_path: 
     result = autotune.load(path)
     assert not result.confirmed
     assert result.baseline is None
-    assert result.settings.batch_size == 8
+    assert result.settings.batch_size in (8, 16)
 
 
 def test_a_missing_study_is_not_created_by_reading(tmp_path) -> None:
