@@ -34,7 +34,7 @@ def load(source: str | Path | optuna.Study, *, check_machine: bool = True) -> Se
         path, name = resolve(source, Path(str(source)).stem)
         result = result_of(open_study(path, name, create=False), path=path)
     if check_machine:
-        _warn_if_moved(result)
+        warn_if_moved(result)
     return result
 
 
@@ -79,7 +79,9 @@ def result_of(study: optuna.Study, *, path: Path | None = None) -> SearchResult:
     )
 
 
-def _warn_if_moved(result: SearchResult) -> None:
+def warn_if_moved(result: SearchResult) -> None:
+    """Warn (FingerprintWarning) when this machine differs from the one ``result`` was
+    tuned on, naming what differs."""
     if not result.machine.cpus:
         return
     here = detect_machine(result.device if result.device != "cpu" else None)

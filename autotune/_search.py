@@ -25,6 +25,7 @@ from autotune._machine import Machine, detect_machine, usable_cpus
 from autotune._options import SearchOptions
 from autotune._placement import Placement, plan_placement
 from autotune._probe import Failure, ProbeRequest, WorkloadSource, run_probe
+from autotune._probe._runner import refuse_while_bootstrapping
 from autotune._progress import Progress, QuietProgress, format_rate
 from autotune._result import Measurement, SearchResult
 from autotune._settings import Settings
@@ -95,6 +96,7 @@ def search(
         WorkloadError: the dataset, model, loss or step fails.
         StudyError: the study cannot be opened or does not match this workload.
     """
+    refuse_while_bootstrapping()  # before the study is touched
     if config is not None:
         if dataset is not None or model is not None:
             raise ConfigError("give a config file or dataset= and model=, not both.")

@@ -14,21 +14,27 @@ trial attributes
     ``autotune.failure``   why it failed
     ``autotune.backend``   who ran it: optuna (in the search's process) or ray
     ``autotune.node``      with ray: the node it ran on (hostname, Ray node id)
+    ``autotune.owner``     the search process running it (host, pid, start time)
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import os
+import socket
 import sqlite3
 import threading
+import time
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.exceptions import ExperimentalWarning
+import psutil
+from optuna.exceptions import ExperimentalWarning, UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune._errors import StudyError
@@ -46,11 +52,13 @@ GROUP = "autotune.group"
 BACKEND = "autotune.backend"
 NODE = "autotune.node"
 DUPLICATE_OF = "autotune.duplicate_of"
+OWNER = "autotune.owner"
 
 DEFAULT_DIR = Path("studies")
+LOCK_TIMEOUT_SECONDS = 60.0
+"""How long opening or writing a study waits while another process holds its lock."""
 _SQLITE_HEADER = b"SQLite format 3\x00"
 _HEARTBEAT_SECONDS = 10
-_LOCK_TIMEOUT_SECONDS = 60
 
 
 @contextlib.contextmanager
@@ -93,17 +101,27 @@ def _check_file(path: Path) -> None:
             f"{path} is not a study: it is not an SQLite database. Nothing was written; "
             "give another --study path."
         )
+    # Read only, unless a search was killed while writing: then SQLite rolls its journal
+    # back on opening (the study as of its last commit), which a read-only opener cannot.
+    mode = "rw" if Path(f"{path}-journal").exists() else "ro"
     try:
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5) as connection:
+        uri = f"file:{path.resolve()}?mode={mode}"
+        with contextlib.closing(
+            sqlite3.connect(uri, uri=True, timeout=LOCK_TIMEOUT_SECONDS)
+        ) as connection:
             tables = {
                 row[0]
                 for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")
             }
+            problems = [row[0] for row in connection.execute("PRAGMA quick_check")]
+    except sqlite3.OperationalError as error:
+        if "locked" in str(error):
+            raise StudyError(_locked(path)) from None
+        raise StudyError(_corrupt(path, str(error))) from None
     except sqlite3.DatabaseError as error:
-        raise StudyError(
-            f"{path} is corrupt or unreadable ({error}). Nothing was written; restore it "
-            "from a copy or give another --study path."
-        ) from None
+        raise StudyError(_corrupt(path, str(error))) from None
+    if problems != ["ok"]:
+        raise StudyError(_corrupt(path, problems[0].replace("\n", " ")))
     if "studies" not in tables or "trials" not in tables:
         raise StudyError(
             f"{path} is an SQLite database but not a study (no Optuna tables). Nothing was "
@@ -112,18 +130,20 @@ def _check_file(path: Path) -> None:
 
 
 class _Storage(optuna.storages.RDBStorage):
-    """Optuna's RDB storage with its trial-state check-and-set made atomic across this
-    process's threads: SQLite ignores ``SELECT ... FOR UPDATE``, so trials running in
-    parallel threads could otherwise both pop the same enqueued trial."""
+    """Optuna's RDB storage with its trial-state check-and-set made atomic across threads
+    and processes: SQLite ignores ``SELECT ... FOR UPDATE``, so two trials running in
+    parallel threads, or two searches on one study, could otherwise both pop the same
+    enqueued trial."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, path: Path, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._path = path
         self._state_lock = threading.Lock()
 
     def set_trial_state_values(
         self, trial_id: int, state: TrialState, values: Sequence[float] | None = None
     ) -> bool:
-        with self._state_lock:
+        with self._state_lock, _exclusive(self._path):
             return super().set_trial_state_values(trial_id, state, values)
 
     # Pickled like Optuna's own storage (Ray Tune pickles the searcher that holds it).
@@ -137,29 +157,84 @@ class _Storage(optuna.storages.RDBStorage):
         self._state_lock = threading.Lock()
 
 
+def _corrupt(path: Path, detail: str) -> str:
+    return (
+        f"{path} is corrupt ({detail}). Nothing was written; restore it from a copy or give "
+        "another --study path."
+    )
+
+
+def _locked(path: Path) -> str:
+    return (
+        f"{path} is locked by another process and stayed locked for "
+        f"{LOCK_TIMEOUT_SECONDS:g} s; wait for that process to finish (or end it) and run "
+        "again, or give another --study path. Nothing was written."
+    )
+
+
 def storage(path: Path, *, must_exist: bool) -> optuna.storages.RDBStorage:
     """Open (or create) the SQLite storage at ``path``.
 
     Raises:
         StudyError: missing (with ``must_exist``), not a study, corrupt, locked or newer.
     """
-    if path.exists():
-        _check_file(path)
-    elif must_exist:
-        raise StudyError(
-            f"no study at {path}; run `autotune search CONFIG --study {path}` to make one."
-        )
-    else:
+    if not path.exists():
+        if must_exist:
+            raise StudyError(
+                f"no study at {path}; run `autotune search CONFIG --study {path}` to make one."
+            )
         path.parent.mkdir(parents=True, exist_ok=True)
+    with _exclusive(path):
+        existed = path.exists()
+        if existed:
+            _check_file(path)
+        return _open_storage(path, existed=existed)
+
+
+@contextlib.contextmanager
+def _exclusive(path: Path) -> Iterator[None]:
+    """Hold a lock on the study's directory, across threads and processes.
+
+    Opening a study holds it: two searches starting at once on a new study would
+    both create its tables (and one fail), or one would find the file the other
+    has only begun to write and refuse it as not a study. Nothing is written: the
+    lock is on the directory itself (flock).
+    """
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: SQLite's own locks are all there is
+        yield
+        return
+    handle = os.open(path.parent, os.O_RDONLY)
+    try:
+        deadline = time.monotonic() + LOCK_TIMEOUT_SECONDS
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise StudyError(_locked(path)) from None
+                time.sleep(0.02)
+        yield
+    finally:
+        os.close(handle)  # releases the lock
+
+
+def _open_storage(path: Path, *, existed: bool) -> optuna.storages.RDBStorage:
     url = f"sqlite:///{path.resolve()}"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ExperimentalWarning)
             return _Storage(
                 url,
-                engine_kwargs={"connect_args": {"timeout": _LOCK_TIMEOUT_SECONDS}},
+                path=path,
+                engine_kwargs={"connect_args": {"timeout": LOCK_TIMEOUT_SECONDS}},
                 heartbeat_interval=_HEARTBEAT_SECONDS,
                 grace_period=3 * _HEARTBEAT_SECONDS,
+                # A study's tables exist already: opening one must not write into it
+                # before its schema is known to be one this Optuna reads.
+                skip_table_creation=existed,
             )
     except Exception as error:
         raise StudyError(_explain_storage_error(path, error)) from error
@@ -168,15 +243,19 @@ def storage(path: Path, *, must_exist: bool) -> optuna.storages.RDBStorage:
 def _explain_storage_error(path: Path, error: Exception) -> str:
     text = str(error)
     if "locked" in text:
-        return (
-            f"{path} is locked by another process and stayed locked for "
-            f"{_LOCK_TIMEOUT_SECONDS} s; wait for it or give another --study path."
-        )
-    if "no longer compatible" in text or "newer" in text or "schema" in text:
+        return _locked(path)
+    if "no longer compatible" in text:
+        if "optuna storage upgrade" in text:
+            return (
+                f"{path} was written by an older Optuna; upgrade it with `optuna storage "
+                f"upgrade --storage sqlite:///{path}` (keep a copy first). Nothing was written."
+            )
         return (
             f"{path} was written by a newer Optuna than this one ({optuna.__version__}); "
             "upgrade optuna and autotune to read it. Nothing was written."
         )
+    if "malformed" in text or "not a database" in text:
+        return _corrupt(path, text.splitlines()[0])
     first = text.splitlines()[0] if text else type(error).__name__
     return f"{path} cannot be opened as a study: {first}"
 
@@ -189,23 +268,23 @@ def study_names(path: Path) -> list[str]:
 def open_study(path: Path, name: str, *, create: bool) -> optuna.Study:
     """The study ``name`` in ``path``; created when ``create`` and absent.
 
-    When only reading and the file holds exactly one study, that one is used
-    whatever its name.
+    A file that holds exactly one study means that one, whatever its name (a
+    renamed or copied file): it is read, or continued, rather than given a second
+    study.
     """
     store = storage(path, must_exist=not create)
     try:
-        if create:
+        names = [s.study_name for s in optuna.get_all_study_summaries(store)]
+        if name not in names and len(names) == 1:
+            name = names[0]
+        if name not in names:
+            if not create:
+                raise StudyError(
+                    f"{path} holds no study named {name!r}; it holds {names or 'none'}."
+                )
             with quiet_optuna():
                 return optuna.create_study(
                     storage=store, study_name=name, direction="maximize", load_if_exists=True
-                )
-        names = [s.study_name for s in optuna.get_all_study_summaries(store)]
-        if name not in names:
-            if len(names) == 1:
-                name = names[0]
-            else:
-                raise StudyError(
-                    f"{path} holds no study named {name!r}; it holds {names or 'none'}."
                 )
         return optuna.load_study(storage=store, study_name=name)
     except StudyError:
@@ -269,3 +348,49 @@ class TrialRecord:
 def records(study: optuna.Study) -> list[TrialRecord]:
     """Every trial of the study, oldest first."""
     return [TrialRecord.from_trial(t) for t in study.get_trials(deepcopy=False)]
+
+
+@functools.cache
+def owner() -> dict[str, Any]:
+    """This search process, as recorded on the trials it runs."""
+    return {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "started": psutil.Process().create_time(),
+    }
+
+
+def _alive(who: dict[str, Any]) -> bool:
+    try:
+        process = psutil.Process(int(who["pid"]))
+        return bool(abs(process.create_time() - float(who["started"])) < 1.0)
+    except (psutil.Error, KeyError, TypeError, ValueError):
+        return False
+
+
+def fail_abandoned(study: optuna.Study) -> list[int]:
+    """Fail the RUNNING trials whose search process on this machine is gone.
+
+    A search killed outright (SIGKILL, a power cut) leaves its trial RUNNING.
+    Optuna's heartbeat fails such a trial once it is stale, after a grace period;
+    on this machine the search's process can be checked at once. Trials of a
+    search that is still running (another process on the same study) are left
+    alone. Returns the numbers of the trials failed.
+    """
+    host = socket.gethostname()
+    failed = []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        who = trial.user_attrs.get(OWNER)
+        if not isinstance(who, dict) or who.get("host") != host or _alive(who):
+            continue
+        failure = Failure(
+            kind="interrupted",
+            message=f"the search running it (pid {who.get('pid')}) ended before it finished",
+        )
+        try:
+            study._storage.set_trial_user_attr(trial._trial_id, FAILURE, failure.to_dict())
+            study._storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
+        except UpdateFinishedTrialError:
+            continue  # another search failed it first
+        failed.append(trial.number)
+    return failed

@@ -176,6 +176,8 @@ def _import_config(path: Path) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     # Registered so that classes and functions defined in the config pickle by reference.
     sys.modules[module_name] = module
+    # No __pycache__ beside the user's config: a search writes only its study.
+    dont_write_before, sys.dont_write_bytecode = sys.dont_write_bytecode, True
     try:
         spec.loader.exec_module(module)
     except SyntaxError as error:
@@ -186,6 +188,8 @@ def _import_config(path: Path) -> ModuleType:
         raise ConfigError(
             f"{where} raised {type(error).__name__} while loading: {error}"
         ) from error
+    finally:
+        sys.dont_write_bytecode = dont_write_before
     return module
 
 

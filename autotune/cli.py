@@ -17,10 +17,15 @@ import argparse
 import json
 import sys
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from autotune._errors import AutotuneError
+from autotune._errors import AutotuneError, FingerprintWarning
+
+if TYPE_CHECKING:
+    from autotune._result import SearchResult
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
@@ -162,14 +167,16 @@ def _show(args: argparse.Namespace) -> int:
     from autotune._diagnosis import diagnose
     from autotune._load import result_of
     from autotune._show import counts_line, diagnosis_lines, result_lines, trials_table
-    from autotune._study import open_study, records, resolve
+    from autotune._study import open_study, read_meta, records, resolve
 
     path, name = resolve(args.study, Path(args.study).stem)
     study = open_study(path, name, create=False)
+    read_meta(study)  # refuses a study this version cannot read
     trials = records(study)
     print(f"study {study.study_name!r} in {path}: {counts_line(trials)}")
     try:
         result = result_of(study, path=path)
+        _warn_if_moved(result)
         print("\n".join(result_lines(result)))
         print("\n".join(diagnosis_lines(diagnose(result))))
     except AutotuneError as error:
@@ -185,6 +192,7 @@ def _export(args: argparse.Namespace) -> int:
 
     path, name = resolve(args.study, Path(args.study).stem)
     result = result_of(open_study(path, name, create=False), path=path)
+    _warn_if_moved(result)
     text = json.dumps(result.to_dict(), indent=2, sort_keys=True)
     if args.output:
         Path(args.output).write_text(text + "\n")
@@ -208,6 +216,18 @@ def _report(args: argparse.Namespace) -> int:
     report(args.study, output, format=args.format)
     print(f"wrote {output}", file=sys.stderr)
     return 0
+
+
+def _warn_if_moved(result: SearchResult) -> None:
+    """One line on stderr when this machine differs from the one the settings were tuned
+    on; the settings are shown all the same."""
+    from autotune._load import warn_if_moved
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", FingerprintWarning)
+        warn_if_moved(result)
+    for warning in caught:
+        print(f"autotune: warning: {warning.message}", file=sys.stderr)
 
 
 def entry() -> None:

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import getpass
 import io
+import multiprocessing
+import multiprocessing.util
 import os
+import re
+import shutil
 import sys
+import tempfile
 import textwrap
+import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -16,6 +25,13 @@ import pytest
 TESTS = Path(__file__).parent
 # Probes unpickle test workloads by module name; make `workloads` importable everywhere.
 sys.path.insert(0, str(TESTS))
+
+SESSION_TAG = "AUTOTUNE_TEST_SESSION"
+"""Set in the environment of every process this test session starts, however indirectly
+(probes, workers, the CLI in a subprocess), so that one left behind is found even after
+its parent died and it was adopted by init."""
+os.environ[SESSION_TAG] = uuid.uuid4().hex
+SHM = Path("/dev/shm")
 
 QUICK = {
     "window_seconds": 0.1,
@@ -47,47 +63,167 @@ def write_config(workdir: Path) -> Callable[..., Path]:
     return write
 
 
+def _is_ray(process: psutil.Process) -> bool:
+    """One of Ray's own processes (its servers, workers, monitors and agents)."""
+    argv = process.cmdline()
+    if process.name() in ("raylet", "gcs_server") or (argv and argv[0].startswith("ray::")):
+        return True
+    return any(arg.endswith(".py") and f"{os.sep}ray{os.sep}" in arg for arg in argv)
+
+
 def _is_helper(process: psutil.Process) -> bool:
     """A long-lived helper: a fork server or resource tracker that a fork server did not
     start (probes, forked from a fork server, share its command line), or one of Ray's
     own processes (its servers and workers, in the Ray tests)."""
-    argv = process.cmdline()
-    if process.name() in ("raylet", "gcs_server") or (argv and argv[0].startswith("ray::")):
+    if _is_ray(process):
         return True
-    if any(arg.endswith(".py") and f"{os.sep}ray{os.sep}" in arg for arg in argv):
-        return True  # Ray's monitors and agents
-    cmdline = " ".join(argv)
+    cmdline = " ".join(process.cmdline())
     if "forkserver" not in cmdline and "resource_tracker" not in cmdline:
         return False
     parent = process.parent()
     return parent is None or "forkserver" not in " ".join(parent.cmdline())
 
 
-def _probe_processes() -> list[psutil.Process]:
-    """Processes started by probes: every descendant of this process but the helpers."""
-    leftovers = []
-    for process in psutil.Process().children(recursive=True):
+def session_processes() -> list[psutil.Process]:
+    """Processes of this test session but this one and its helpers: its descendants, and
+    orphans carrying its tag (a helper whose parent is gone is a leftover too)."""
+    tag = os.environ[SESSION_TAG]
+    descendants = {p.pid: p for p in psutil.Process().children(recursive=True)}
+    orphans = {}
+    for process in psutil.process_iter():
         try:
-            if not _is_helper(process):
-                leftovers.append(process)
+            ours = process.pid not in descendants and process.pid != os.getpid()
+            if ours and process.environ().get(SESSION_TAG) == tag:
+                orphans[process.pid] = process
         except psutil.Error:
             continue
+    leftovers = []
+    for process in descendants.values():
+        with contextlib.suppress(psutil.Error):
+            if not _is_helper(process):
+                leftovers.append(process)
+    for process in orphans.values():
+        with contextlib.suppress(psutil.Error):
+            if not _is_ray(process):
+                leftovers.append(process)
     return leftovers
 
 
 @pytest.fixture(autouse=True)
 def no_leftover_processes() -> Iterator[None]:
-    """Every test must leave no probe or DataLoader worker behind."""
+    """Every test must leave no probe, DataLoader worker or search process behind."""
     yield
-    leftovers = _probe_processes()
+    leftovers = session_processes()
     if leftovers:
         _gone, alive = psutil.wait_procs(leftovers, timeout=5)
-        assert not alive, f"processes left behind: {[p.pid for p in alive]}"
+        described = []
+        for process in alive:
+            try:
+                described.append(f"{process.pid} {' '.join(process.cmdline())[:120]}")
+            except psutil.Error:
+                continue
+        assert not described, f"processes left behind: {described}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_tempdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A temp directory of this session's own (TMPDIR for every process it starts), so a
+    test can tell that nothing was left in it. pytest's tmp_path stays where it was."""
+    tmp_path_factory.getbasetemp()
+    root = Path(tempfile.mkdtemp(prefix="autotune-tests-"))
+    before = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(root)
+    tempfile.tempdir = None
+    yield root
+    if before is None:
+        del os.environ["TMPDIR"]
+    else:
+        os.environ["TMPDIR"] = before
+    tempfile.tempdir = None
+    # After multiprocessing has removed its own directory in there, at exit.
+    multiprocessing.util.Finalize(
+        None, shutil.rmtree, args=(root,), kwargs={"ignore_errors": True}, exitpriority=-200
+    )
+
+
+def _expected_temp_entries() -> set[str]:
+    """What may appear in the temp directory during a test without being a leftover:
+    multiprocessing's directory of this process (its fork server's socket, removed at
+    exit), and torch's compile cache directory, which `import torch._dynamo` (the first
+    optimizer step does that) makes for every torch program of the user, to keep."""
+    expected = {f"torchinductor_{getpass.getuser()}"}
+    found = multiprocessing.current_process()._config.get("tempdir")  # type: ignore[attr-defined]
+    if found:
+        expected.add(os.path.basename(found))
+    return expected
+
+
+def _listing(path: Path) -> set[str]:
+    try:
+        return set(os.listdir(path))
+    except OSError:
+        return set()
+
+
+_SHM_NAMES = ("torch_", "sem.mp-", "psm_", "pym-")
+"""What torch (shared tensors), multiprocessing (semaphores, shared_memory, heap
+arenas) name their files in /dev/shm; other programs on the machine use it too."""
+
+
+def _ours(name: str) -> bool:
+    """Whether a new file in /dev/shm is this session's. torch names its files after the
+    process that made them: one whose maker is gone cannot be told from another
+    program's leftover (another test session's, on a shared machine), so those are
+    checked where /dev/shm is private, in tests/test_faults_memory.py."""
+    if not name.startswith(_SHM_NAMES):
+        return False
+    match = re.match(r"torch_(\d+)_", name)
+    if match is None:
+        return True
+    try:
+        tag = psutil.Process(int(match.group(1))).environ().get(SESSION_TAG)
+    except psutil.Error:
+        return False
+    return tag == os.environ[SESSION_TAG]
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_files(private_tempdir: Path, request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test must leave no temp file and no shared-memory file behind.
+
+    The Ray tests excepted for temp files: a local Ray keeps its session directory
+    (logs) by design, and ends its workers' children outright when it stops.
+    """
+    on_ray = Path(str(request.node.fspath)).name.startswith("test_ray")
+    temp_before, shm_before = _listing(private_tempdir), _listing(SHM)
+    yield
+    for _ in range(20):  # helpers of a finished subprocess may still be on their way out
+        temp = set() if on_ray else _listing(private_tempdir) - temp_before
+        temp -= _expected_temp_entries()
+        shm = {name for name in _listing(SHM) - shm_before if _ours(name)}
+        if not temp and not shm:
+            return
+        time.sleep(0.25)
+    assert not temp, f"temp files left behind in {private_tempdir}: {sorted(temp)}"
+    assert not shm, f"shared memory left behind in {SHM}: {sorted(shm)}"
 
 
 def quick(**overrides: object) -> dict[str, object]:
     """QUICK options with overrides."""
     return {**QUICK, **overrides}
+
+
+@pytest.fixture(scope="session")
+def saved_study(small_study: SmallStudy) -> Path:
+    """The file of the shared small study; copy_of it to change it."""
+    return small_study.path
+
+
+def copy_of(study: Path, directory: Path) -> Path:
+    """A copy of a study file, to change."""
+    target = directory / "copy.db"
+    shutil.copy(study, target)
+    return target
 
 
 os.environ.setdefault("PYTHONHASHSEED", "0")

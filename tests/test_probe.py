@@ -2,33 +2,14 @@
 
 from __future__ import annotations
 
-import pickle
 import sys
 
 import pytest
 import workloads
+from faults import probe_request as request
 
-from autotune._probe import ProbeRequest, WorkloadSource, run_probe
+from autotune._probe import run_probe
 from autotune._settings import Settings
-from autotune._workload import Workload
-
-
-def request(dataset, model=workloads.linear_model, **fields) -> ProbeRequest:
-    workload = Workload(dataset=dataset, model=model, batch_size=fields.pop("batch_size", 4))
-    settings = fields.pop("settings", Settings(batch_size=workload.batch_size))
-    defaults = {
-        "window_seconds": 0.2,
-        "max_windows": 3,
-        "warmup_seconds": 0.05,
-        "stall_timeout": 20.0,
-    }
-    defaults.update(fields)
-    return ProbeRequest(
-        source=WorkloadSource(pickled=pickle.dumps(workload)),
-        settings=settings,
-        device="cpu",
-        **defaults,
-    )
 
 
 def test_known_per_item_cost_gives_the_expected_throughput() -> None:
@@ -107,74 +88,6 @@ def test_check_mode_describes_the_workload() -> None:
     assert info["parameters"] == workloads.FEATURES * workloads.CLASSES + workloads.CLASSES
     assert info["batch"] == "list(Tensor[4,8] float32, Tensor[4] int64)"
     assert info["batch_bytes"] == 4 * 8 * 4 + 4 * 8
-
-
-@pytest.mark.parametrize("workers", [0, 2])
-def test_a_raising_dataset_fails_with_its_own_error(workers: int) -> None:
-    settings = Settings(batch_size=4, num_workers=workers, prefetch_factor=2 if workers else None)
-    result = run_probe(request(workloads.RaisingDataset(every=1), settings=settings))
-    assert result.failure is not None
-    assert result.failure.kind == "error"
-    assert result.failure.piece == "loading a batch (dataset)"
-    assert result.failure.message.startswith("ValueError: corrupt record")
-    if workers:
-        assert "DataLoader worker process" in result.failure.message
-
-
-@pytest.mark.parametrize("workers", [0, 2])
-def test_a_hanging_dataset_is_killed_at_the_timeout(workers: int) -> None:
-    settings = Settings(batch_size=4, num_workers=workers, prefetch_factor=2 if workers else None)
-    result = run_probe(
-        request(workloads.HangingDataset(after=2), settings=settings, stall_timeout=1.5)
-    )
-    assert result.failure is not None
-    assert result.failure.kind == "timeout"
-    assert "hangs" in result.failure.message
-    assert result.figures.wall_s < 15
-
-
-def test_a_simulated_cuda_oom_is_recorded_as_out_of_memory() -> None:
-    result = run_probe(request(workloads.SleepyDataset(), model=workloads.oom_model, batch_size=16))
-    assert result.failure is not None
-    assert result.failure.kind == "oom"
-    assert result.failure.piece == "model(batch)"
-    assert "out of memory" in result.failure.message
-
-
-def test_the_memory_limit_stops_a_probe_that_grows() -> None:
-    result = run_probe(
-        request(workloads.HungryDataset(mib=32), memory_limit=400 * 2**20, stall_timeout=30)
-    )
-    assert result.failure is not None
-    assert result.failure.kind == "oom"
-    assert "memory limit" in result.failure.message
-
-
-def test_a_worker_killed_by_a_signal_fails_the_trial() -> None:
-    settings = Settings(batch_size=4, num_workers=2, prefetch_factor=2)
-    result = run_probe(request(workloads.SuicidalDataset(), settings=settings))
-    assert result.failure is not None
-    assert result.failure.kind == "worker"
-    assert "exited unexpectedly" in result.failure.message
-
-
-def test_a_probe_killed_by_a_signal_fails_the_trial() -> None:
-    result = run_probe(request(workloads.SuicidalDataset()))
-    assert result.failure is not None
-    assert "SIGKILL" in result.failure.message
-
-
-def test_wrong_types_from_the_factories_are_named() -> None:
-    result = run_probe(request(workloads.not_a_dataset, mode="check"))
-    assert result.failure is not None
-    assert result.failure.piece == "dataset()"
-    assert result.failure.message.startswith("dataset() returned int; expected")
-    result = run_probe(
-        request(workloads.SleepyDataset(), model=workloads.not_a_model, mode="check")
-    )
-    assert result.failure is not None
-    assert result.failure.piece == "model()"
-    assert result.failure.message == "model() returned str; expected a torch.nn.Module"
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="CPU affinity is Linux-only")

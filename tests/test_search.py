@@ -9,7 +9,7 @@ from conftest import quick
 from torch.utils.data import DataLoader
 
 import autotune
-from autotune import ConfigError, StudyError, WorkloadError
+from autotune import ConfigError, StudyError
 from autotune._study import records
 
 
@@ -84,43 +84,6 @@ def test_a_study_of_another_workload_is_refused(workdir) -> None:
             study="small",
             **quick(trials=2),
         )
-
-
-def test_the_same_failure_everywhere_stops_the_search_with_that_error(workdir) -> None:
-    # Passes the preflight (its first batch is fine), then fails in every config.
-    with pytest.raises(WorkloadError, match=r"every config failed the same way.*corrupt record"):
-        autotune.search(
-            dataset=workloads.FailingAfterDataset(after=8),
-            model=workloads.linear_model,
-            batch_size=4,
-            space={"num_workers": 0, "batch_size": [4, 8, 16, 32], "threads": [1, 2]},
-            **quick(trials=10),
-        )
-
-
-def test_out_of_memory_rules_out_larger_batches(workdir) -> None:
-    result = autotune.search(
-        dataset=workloads.sleepy_dataset,
-        model=workloads.oom_model,  # raises CUDA's OOM error above batch 8
-        batch_size=8,
-        space={"num_workers": 0, "threads": 1, "amp": "off", "batch_size": [8, 16, 32, 64]},
-        **quick(trials=8, seed=0),
-    )
-    assert result.settings.batch_size == 8
-    study = optuna.load_study(study_name="workload", storage="sqlite:///studies/workload.db")
-    explored = [r for r in records(study) if r.role == "explore"]
-    probed = [
-        r
-        for r in explored
-        if r.duplicate_of is None and not (r.failure and r.failure.kind == "infeasible")
-    ]
-    ooms = [r for r in probed if r.failure and r.failure.kind == "oom"]
-    assert ooms and all(r.settings.batch_size > 8 for r in ooms)
-    for oom in ooms:  # nothing at least as large was run after it
-        later = [r for r in probed if r.number > oom.number]
-        assert all(r.settings.batch_size < oom.settings.batch_size for r in later)
-    blocked = [r for r in explored if r.failure and r.failure.kind == "infeasible"]
-    assert all("ran out of memory" in r.failure.message for r in blocked)
 
 
 def test_a_space_that_is_fully_measured_ends_exploration_early(workdir) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import time
@@ -162,3 +163,132 @@ class RayWorkerKillingDataset(SleepyDataset):
                 ancestor.kill()
                 time.sleep(60)  # the probe ends with its worker
         return super().__getitem__(index)
+
+
+# ----------------------------------------------------------------- faults (tests/test_faults_*)
+def _in_worker() -> bool:
+    return torch.utils.data.get_worker_info() is not None
+
+
+def _segfault() -> None:
+    ctypes.string_at(0)  # reads address 0: SIGSEGV, as a bug in native code would
+
+
+class CorruptInWorkersDataset(SleepyDataset):
+    """Raises on some indices, and only in DataLoader workers (say, a file handle opened
+    before the fork): configs with workers fail, configs without pass."""
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        if _in_worker() and index % 4 == 0:
+            raise ValueError(f"corrupt record {index}")
+        return super().__getitem__(index)
+
+
+class DyingWorkerDataset(SleepyDataset):
+    """Kills the DataLoader worker that reads it (SIGKILL) or crashes it (SIGSEGV);
+    reads without workers pass."""
+
+    def __init__(self, death: str = "kill") -> None:
+        super().__init__(256, delay=0.002)
+        self.death = death
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        if _in_worker():
+            if self.death == "segfault":
+                _segfault()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().__getitem__(index)
+
+
+class SegfaultDataset(SleepyDataset):
+    """Crashes (SIGSEGV) whatever process reads it, after ``after`` items."""
+
+    def __init__(self, after: int = 0) -> None:
+        super().__init__(256)
+        self.after = after
+        self.read = 0
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        self.read += 1
+        if self.read > self.after:
+            _segfault()
+        return super().__getitem__(index)
+
+
+class HangInWorkersDataset(SleepyDataset):
+    """Hangs in DataLoader workers (a lock held at fork time, say); passes without."""
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        if _in_worker():
+            time.sleep(3600)
+        return super().__getitem__(index)
+
+
+def collate_hanging_in_workers(items: list) -> object:
+    """A collate_fn that deadlocks in DataLoader workers; fine without them."""
+    if _in_worker():
+        time.sleep(3600)
+    return torch.utils.data.default_collate(items)
+
+
+class BatchMemoryModel(nn.Module):
+    """Holds ``mib`` MiB of activations per sample of the batch, as a large model does:
+    memory grows with the batch size."""
+
+    def __init__(self, mib: int = 16) -> None:
+        super().__init__()
+        self.mib = mib
+        self.linear = nn.Linear(FEATURES, CLASSES)
+        self.held: torch.Tensor | None = None
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        self.held = None
+        self.held = torch.ones(inputs.shape[0] * self.mib * 2**18)  # 4 bytes each
+        return self.linear(inputs)
+
+
+class BigItemsDataset(SleepyDataset):
+    """Items of ``kib`` KiB, so batches take room in shared memory."""
+
+    def __init__(self, kib: int = 256) -> None:
+        super().__init__(64)
+        self.kib = kib
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        return torch.zeros(self.kib * 256), index % CLASSES
+
+
+def corrupt_in_workers_dataset() -> Dataset:
+    return CorruptInWorkersDataset(length=256)
+
+
+def failing_after_dataset() -> Dataset:
+    return FailingAfterDataset(after=8)
+
+
+def worker_killed_dataset() -> Dataset:
+    return DyingWorkerDataset("kill")
+
+
+def worker_segfault_dataset() -> Dataset:
+    return DyingWorkerDataset("segfault")
+
+
+def hang_in_workers_dataset() -> Dataset:
+    return HangInWorkersDataset(length=256, delay=0.002)
+
+
+def batch_memory_model() -> nn.Module:
+    return BatchMemoryModel(mib=32)
+
+
+def big_items_dataset() -> Dataset:
+    return BigItemsDataset(kib=256)
+
+
+def big_items_model() -> nn.Module:
+    return nn.Sequential(nn.Flatten(), nn.Linear(256 * 256, CLASSES))
+
+
+def segfault_after_dataset() -> Dataset:
+    return SegfaultDataset(after=8)

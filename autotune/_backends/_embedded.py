@@ -13,6 +13,7 @@ import signal
 import threading
 import warnings
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from types import FrameType
 
 import optuna
@@ -22,8 +23,9 @@ from autotune._backends import ExplorePlan
 from autotune._backends._objective import (
     Objective,
     TrialFailed,
-    enqueue_group,
     enqueue_warm_starts,
+    group_attrs,
+    run_fixed,
 )
 from autotune._settings import Settings
 from autotune._study import quiet_optuna
@@ -78,15 +80,19 @@ class EmbeddedBackend:
 
     def measure(self, plan: ExplorePlan, settings: list[Settings], roles: list[str]) -> str:
         objective = self._prepare(plan, exploring=False)
-        group = enqueue_group(plan.study, settings, roles)
+        group, attrs = group_attrs(settings, roles)
+        jobs = max(1, min(len(plan.slots), len(settings)))
         with quiet_optuna(), _interrupts(objective):
-            plan.study.optimize(
-                objective,
-                n_trials=len(settings),
-                n_jobs=max(1, min(len(plan.slots), len(settings))),
-                catch=(TrialFailed,),
-                callbacks=[objective.after],
-            )
+            if jobs == 1:
+                for trial_attrs in attrs:
+                    run_fixed(plan.study, objective, trial_attrs)
+            else:
+                pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="autotune-measure")
+                try:
+                    for _ in pool.map(lambda a: run_fixed(plan.study, objective, a), attrs):
+                        pass
+                finally:
+                    pool.shutdown(wait=True, cancel_futures=True)  # Ctrl-C: start no more
         return group
 
     def close(self) -> None:

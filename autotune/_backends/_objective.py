@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
+import shutil
 import threading
 import uuid
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune._backends import ExplorePlan
 from autotune._placement import PLACEMENT, Slot, SlotPool
 from autotune._probe import Failure, Figures, ProbeResult, Window, run_probe
+from autotune._probe._failure import shm_shortfall
 from autotune._settings import Settings
 from autotune._space import TrialLike
 from autotune._study import (
@@ -36,9 +38,13 @@ from autotune._study import (
     FAILURE,
     FIGURES,
     GROUP,
+    META,
+    OWNER,
     ROLE,
     SETTINGS,
     TrialRecord,
+    fail_abandoned,
+    owner,
 )
 
 FATAL_REPEATS = 3
@@ -47,6 +53,8 @@ MAX_REPEATS = 10
 """Proposals in a row of configs already measured, after which exploration stops."""
 _NOT_THE_USERS_FAULT = ("infeasible", "interrupted")
 _MAX_TRACEBACK = 20_000
+SHM_DIR = "/dev/shm"
+"""Where DataLoader workers hand batches over (POSIX shared memory on Linux)."""
 
 
 class TrialFailed(Exception):
@@ -86,11 +94,15 @@ class OutOfMemoryRule:
         if known is None or settings.batch_size < known[0]:
             return None
         batch, number = known
+        which = (
+            f"batch {batch}"
+            if settings.batch_size == batch
+            else f"batch {settings.batch_size} > batch {batch}, which"
+        )
         return Failure(
             kind="infeasible",
             message=(
-                f"not run: batch {settings.batch_size} >= batch {batch}, which ran out of "
-                f"memory with the same settings in trial #{number}"
+                f"not run: {which} ran out of memory with the same settings in trial #{number}"
             ),
         )
 
@@ -135,14 +147,21 @@ class TrialRules:
         self.repeats = 0
         self._lock = threading.Lock()
         """Trials end in several threads when the embedded backend runs them in parallel."""
+        fail_abandoned(plan.study)
         for trial in plan.study.get_trials(deepcopy=False):
             record = TrialRecord.from_trial(trial)
             if record.failure and record.failure.kind == "oom" and record.settings:
                 self.oom.add(record.settings, record.number)
+        workload = (plan.study.user_attrs.get(META) or {}).get("workload") or {}
+        samples = workload.get("batch_samples")
+        self.bytes_per_sample = (
+            float(workload.get("batch_bytes") or 0) / samples if samples else 0.0
+        )
 
     # ----------------------------------------------------------------- one trial
     def begin(self, trial: ProposedTrial) -> tuple[str, Settings]:
         """The trial's role and config: sampled when exploring, given otherwise."""
+        trial.set_user_attr(OWNER, owner())
         role = str(trial.user_attrs.get(ROLE, "explore"))
         if role == "explore":
             settings = self.plan.space.sample(trial)
@@ -157,6 +176,7 @@ class TrialRules:
         """The outcome of a trial that needs no probe (ruled out, or a repeat); None to probe."""
         with self._lock:
             blocked = self.oom.blocks(settings)
+        blocked = blocked or self._shm_shortfall(settings)
         if blocked is not None:
             record_failure(trial, blocked)
             return Outcome(TrialState.FAIL, reason=blocked.message)
@@ -185,6 +205,23 @@ class TrialRules:
         """Record a trial that was cut short by the user or by the end of the search."""
         record_failure(trial, Failure(kind="interrupted", message=message))
         return Outcome(TrialState.FAIL, reason=message)
+
+    def _shm_shortfall(self, settings: Settings) -> Failure | None:
+        """Refuse up front a config whose batches in flight cannot fit in /dev/shm: its
+        workers would die of a bus error, or fail to allocate, at some later batch. Only
+        where the probe runs on this machine: a Ray worker elsewhere has its own /dev/shm."""
+        if self.backend != "optuna":
+            return None
+        try:
+            free = shutil.disk_usage(SHM_DIR).free
+        except OSError:
+            return None
+        return shm_shortfall(
+            num_workers=settings.num_workers,
+            prefetch_factor=settings.prefetch_factor,
+            batch_bytes=self.bytes_per_sample * settings.batch_size,
+            free_bytes=free,
+        )
 
     # ----------------------------------------------------------------- repeats
     def _earlier(self, settings: Settings, number: int) -> FrozenTrial | None:
@@ -289,16 +326,17 @@ class Objective:
         """Set on Ctrl-C while trials run in threads: they stop at their next window."""
 
     def __call__(self, trial: optuna.Trial) -> float:
-        role, settings = self.rules.begin(trial)
-        self.plan.progress.trial_started(trial.number, role, settings)
-        outcome = self.rules.settled(trial, settings, role)
-        if outcome is None:
-            try:
+        try:
+            role, settings = self.rules.begin(trial)
+            self.plan.progress.trial_started(trial.number, role, settings)
+            outcome = self.rules.settled(trial, settings, role)
+            if outcome is None:
                 result = self._probe(trial, settings, prunable=role == "explore")
-            except KeyboardInterrupt:
-                self.rules.interrupted(trial)
-                raise
-            outcome = self.rules.conclude(trial, settings, result)
+                outcome = self.rules.conclude(trial, settings, result)
+        except KeyboardInterrupt:
+            # Wherever in the trial Ctrl-C lands, the trial says why it failed.
+            self.rules.interrupted(trial)
+            raise
         return outcome.unwrap()
 
     def _probe(self, trial: optuna.Trial, settings: Settings, *, prunable: bool) -> ProbeResult:
@@ -347,6 +385,30 @@ def best_record(study: optuna.Study) -> TrialRecord | None:
     return best
 
 
+def run_fixed(study: optuna.Study, objective: Objective, attrs: dict[str, Any]) -> None:
+    """Run one trial with given attributes (a config to measure) as its own trial.
+
+    Not through Optuna's queue of waiting trials: any search on the same study
+    pops from that queue, so a finalist queued by one search could be measured
+    by another one, and missed by the search that wanted it.
+    """
+    template = optuna.trial.create_trial(state=TrialState.RUNNING, user_attrs=attrs)
+    trial_id = study._storage.create_new_trial(study._study_id, template_trial=template)
+    trial = optuna.Trial(study, trial_id)
+    try:
+        value = objective(trial)
+    except TrialFailed:
+        study.tell(trial, state=TrialState.FAIL)
+    except optuna.TrialPruned:
+        study.tell(trial, state=TrialState.PRUNED)
+    except BaseException:
+        study.tell(trial, state=TrialState.FAIL)
+        raise
+    else:
+        study.tell(trial, value)
+    objective.after(study, study._storage.get_trial(trial_id))
+
+
 def enqueue(study: optuna.Study, params: dict[str, Any], attrs: dict[str, Any]) -> None:
     """Queue a trial with fixed parameters and attributes."""
     study.enqueue_trial(params, user_attrs=attrs)
@@ -361,9 +423,19 @@ def enqueue_warm_starts(plan: ExplorePlan) -> None:
             enqueue(plan.study, plan.space.params(settings), {ROLE: "explore"})
 
 
+def group_attrs(settings: list[Settings], roles: list[str]) -> tuple[str, list[dict[str, Any]]]:
+    """A new group id, and the attributes of a trial for each config to measure fully."""
+    group = uuid.uuid4().hex
+    attrs = [
+        {ROLE: role, SETTINGS: config.to_dict(), GROUP: group}
+        for config, role in zip(settings, roles, strict=True)
+    ]
+    return group, attrs
+
+
 def enqueue_group(study: optuna.Study, settings: list[Settings], roles: list[str]) -> str:
     """Queue configs to measure fully, tagged with a new group id; returns the id."""
-    group = uuid.uuid4().hex
-    for config, role in zip(settings, roles, strict=True):
-        enqueue(study, {}, {ROLE: role, SETTINGS: config.to_dict(), GROUP: group})
+    group, attrs = group_attrs(settings, roles)
+    for trial_attrs in attrs:
+        enqueue(study, {}, trial_attrs)
     return group

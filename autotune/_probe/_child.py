@@ -22,6 +22,7 @@ import multiprocessing
 import os
 import pickle
 import random
+import resource
 import signal
 import threading
 import time
@@ -58,6 +59,8 @@ _COMPUTE_BATCHES = 8
 def child_main(request: ProbeRequest, events: Connection, control: Connection) -> None:
     """Entry point of the probe process."""
     os.setsid()
+    # A probe or worker that crashes must not leave a core file (maybe gigabytes) behind.
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     for key, value in request.env:
         os.environ[key] = value
     if request.cpus:

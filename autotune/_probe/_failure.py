@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import traceback
+from pathlib import Path
 
 from autotune._probe._protocol import Failure, FailureKind
 
-_SHM_HINT = (
-    "shared memory (/dev/shm) is too small for the batches in flight; give the container more "
-    "(docker run --shm-size=8g), or use fewer workers or a smaller prefetch_factor"
+SHM_FIX = (
+    "give the container more (docker run --shm-size=8g), or use fewer workers or a smaller "
+    "prefetch_factor"
 )
+SHM_HINT = f"shared memory (/dev/shm) is too small for the batches in flight; {SHM_FIX}"
+_VMSTAT = Path("/proc/vmstat")
+_SIGNAL_HINTS: dict[int, str] = {
+    signal.SIGSEGV.value: "a segmentation fault in native code (the dataset, the model, or a "
+    "library they call)",
+    signal.SIGABRT.value: "an abort in native code (the dataset, the model, or a library "
+    "they call)",
+    signal.SIGILL.value: "an illegal instruction (a library built for another CPU?)",
+    signal.SIGFPE.value: "an arithmetic fault in native code",
+}
 
 
 class ReportedFailure(Exception):
@@ -26,7 +38,10 @@ def classify(error: BaseException, piece: str | None) -> Failure:
     message = describe(error)
     kind = _kind(error, message)
     if kind == "shm":
-        message = f"{message} ({_SHM_HINT})"
+        message = f"{message} ({SHM_HINT})"
+    if kind in ("worker", "shm"):
+        # torch raises a worker's death wherever the training loop happens to be.
+        piece = None
     return Failure(
         kind=kind,
         message=message,
@@ -43,10 +58,14 @@ def _kind(error: BaseException, message: str) -> FailureKind:
     lowered = message.lower()
     if "bus error" in lowered or "shared memory" in lowered or "no space left on device" in lowered:
         return "shm"
-    if "dataloader worker" in lowered and "exited unexpectedly" in lowered:
+    if "dataloader worker" in lowered and (
+        "exited unexpectedly" in lowered or "killed by signal" in lowered
+    ):
         return "worker"
-    # A RuntimeError from an allocator that predates torch.OutOfMemoryError.
-    if isinstance(error, RuntimeError) and "out of memory" in lowered:
+    # Allocators that raise a RuntimeError rather than torch.OutOfMemoryError.
+    if isinstance(error, RuntimeError) and (
+        "out of memory" in lowered or "can't allocate memory" in lowered
+    ):
         return "oom"
     return "error"
 
@@ -70,8 +89,25 @@ def describe(error: BaseException) -> str:
     return f"{name}: {first_line}" if first_line else name
 
 
-def describe_exit(exitcode: int | None) -> tuple[FailureKind, str]:
-    """Why a probe process ended without saying so, from its exit code."""
+def oom_kills() -> int | None:
+    """How many processes the kernel's out-of-memory killer has killed since boot."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in _VMSTAT.read_text().splitlines():
+            if line.startswith("oom_kill "):
+                return int(line.split()[1])
+    return None
+
+
+def describe_exit(
+    exitcode: int | None, *, oom_killed: bool | None = None
+) -> tuple[FailureKind, str]:
+    """Why a probe process ended without saying so, from its exit code.
+
+    Args:
+        exitcode: the process's exit code (negative: the signal that ended it).
+        oom_killed: whether the kernel's out-of-memory killer killed a process while
+            the probe ran; None when the kernel does not say.
+    """
     if exitcode is None:
         return "crash", "the probe process ended without a result"
     if exitcode < 0:
@@ -81,11 +117,51 @@ def describe_exit(exitcode: int | None) -> tuple[FailureKind, str]:
         except ValueError:
             name = f"signal {number}"
         if number == signal.SIGKILL:
+            if oom_killed is False:
+                return "crash", (
+                    f"the probe process was killed by {name} from outside (not by the "
+                    "kernel's out-of-memory killer)"
+                )
+            likely = "" if oom_killed else "most likely "
             return "oom", (
-                f"the probe process was killed by {name}, most likely by the kernel's "
+                f"the probe process was killed by {name}, {likely}by the kernel's "
                 "out-of-memory killer"
             )
         if number == signal.SIGBUS:
-            return "shm", f"the probe process crashed with {name} ({_SHM_HINT})"
-        return "crash", f"the probe process crashed with {name}"
-    return "crash", f"the probe process exited with code {exitcode} without a result"
+            return "shm", f"the probe process crashed with {name} ({SHM_HINT})"
+        hint = _SIGNAL_HINTS.get(number)
+        return "crash", f"the probe process crashed with {name}" + (f": {hint}" if hint else "")
+    return "crash", (
+        f"the probe process exited with code {exitcode} before it reported; its own error, "
+        "if any, is printed above"
+    )
+
+
+def shm_shortfall(
+    *, num_workers: int, prefetch_factor: int | None, batch_bytes: float, free_bytes: int
+) -> Failure | None:
+    """A Failure when the batches a loader keeps in flight cannot fit in /dev/shm.
+
+    Each worker hands its batches over in shared memory; the loader keeps up to
+    ``num_workers * prefetch_factor`` of them waiting, plus the one being trained on.
+    """
+    if num_workers == 0 or batch_bytes <= 0:
+        return None
+    prefetch = prefetch_factor or 2  # the DataLoader's default
+    in_flight = num_workers * prefetch + 1
+    needed = in_flight * batch_bytes
+    if needed <= free_bytes:
+        return None
+    workers = f"{num_workers} worker{'s' if num_workers > 1 else ''}"
+    return Failure(
+        kind="shm",
+        message=(
+            f"not run: {in_flight} batches in flight ({workers} x prefetch {prefetch}, + 1) "
+            f"of {_mib(batch_bytes)} need {_mib(needed)} of shared memory (/dev/shm), and "
+            f"{_mib(free_bytes)} is free; {SHM_FIX}"
+        ),
+    )
+
+
+def _mib(value: float) -> str:
+    return f"{value / 2**20:,.1f} MiB"

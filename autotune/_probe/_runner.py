@@ -16,13 +16,15 @@ import threading
 import time
 from collections.abc import Callable
 from multiprocessing.context import BaseContext
+from pathlib import Path
 from typing import Any
 
 import psutil
 
+from autotune._errors import ConfigError
 from autotune._monitor import Monitor
 from autotune._probe._child import child_main
-from autotune._probe._failure import describe_exit
+from autotune._probe._failure import describe_exit, oom_kills
 from autotune._probe._protocol import Failure, Figures, ProbeRequest, ProbeResult, Window
 
 OnWindow = Callable[[Window, Figures], bool]
@@ -30,6 +32,7 @@ OnWindow = Callable[[Window, Figures], bool]
 the devices); returning False stops the probe (pruned)."""
 
 _GRACE_SECONDS = 5.0
+_SHM_DIR = Path("/dev/shm")
 _POLL_SECONDS = 0.1
 _context: BaseContext | None = None
 
@@ -43,7 +46,9 @@ def probe_context() -> BaseContext:
             context = multiprocessing.get_context("forkserver")
             # torch._dynamo is imported by the first optimizer a probe builds: 2-3 s a
             # probe unless the fork server has it already.
-            context.set_forkserver_preload(["torch", "torch._dynamo", "autotune._probe._child"])
+            context.set_forkserver_preload(
+                ["torch", "torch._dynamo", "autotune._probe._server", "autotune._probe._child"]
+            )
         else:
             context = multiprocessing.get_context("spawn")
         _context = context
@@ -93,8 +98,8 @@ class TreeWatch:
         self._stop.set()
         self._thread.join(timeout=2)
 
-    def kill_all(self) -> None:
-        """SIGKILL every process of the tree ever seen that is still alive."""
+    def collect(self) -> None:
+        """Remember every process of the tree now (before it is ended)."""
         try:
             current = self._root.children(recursive=True)
         except psutil.Error:
@@ -102,6 +107,17 @@ class TreeWatch:
         with self._lock:
             for process in current:
                 self._seen.setdefault(process.pid, process)
+
+    @property
+    def pids(self) -> list[int]:
+        """Every process of the tree ever seen."""
+        with self._lock:
+            return list(self._seen)
+
+    def kill_all(self) -> None:
+        """SIGKILL every process of the tree ever seen that is still alive."""
+        self.collect()
+        with self._lock:
             processes = list(self._seen.values())
         for process in processes:
             with contextlib.suppress(psutil.Error):
@@ -121,6 +137,21 @@ def _memory_of(process: psutil.Process) -> int:
         return 0
 
 
+def refuse_while_bootstrapping() -> None:
+    """Refuse to search from a probe process that is importing the user's main script
+    (to find the functions defined in it): the script calls the search unguarded.
+
+    Raises:
+        ConfigError: saying to guard the call with ``if __name__ == "__main__":``.
+    """
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise ConfigError(
+            "autotune.search() was called while a probe process imported your script; call "
+            'it under `if __name__ == "__main__":` (probes import the main script to find '
+            "the functions defined in it)."
+        )
+
+
 def run_probe(request: ProbeRequest, *, on_window: OnWindow | None = None) -> ProbeResult:
     """Run one probe in a fresh process and return what it measured.
 
@@ -128,6 +159,7 @@ def run_probe(request: ProbeRequest, *, on_window: OnWindow | None = None) -> Pr
     ``request.memory_limit`` or dies returns a result with its failure; it does
     not raise. KeyboardInterrupt propagates after the probe's processes are gone.
     """
+    refuse_while_bootstrapping()
     if request.worker_start_method is None:
         request = dataclasses.replace(
             request, worker_start_method=multiprocessing.get_start_method()
@@ -141,6 +173,7 @@ def run_probe(request: ProbeRequest, *, on_window: OnWindow | None = None) -> Pr
         name="autotune-probe",
     )
     began = time.perf_counter()
+    kills_before = oom_kills()
     process.start()
     events_child.close()
     control_child.close()
@@ -161,8 +194,7 @@ def run_probe(request: ProbeRequest, *, on_window: OnWindow | None = None) -> Pr
                     kind, payload = events.recv()
                 except (EOFError, OSError):
                     process.join(timeout=_GRACE_SECONDS)
-                    exit_kind, message = describe_exit(process.exitcode)
-                    failure = Failure(kind=exit_kind, message=message)
+                    failure = _exit_failure(process.exitcode, kills_before)
                     break
                 last_heard = time.monotonic()
                 if kind == "ready":
@@ -189,7 +221,7 @@ def run_probe(request: ProbeRequest, *, on_window: OnWindow | None = None) -> Pr
                     finished = True
                     break
                 elif kind == "error":
-                    failure = payload
+                    failure = _worker_oom(payload, kills_before)
                     break
                 continue
             if watch.exceeded_at is not None:
@@ -197,7 +229,7 @@ def run_probe(request: ProbeRequest, *, on_window: OnWindow | None = None) -> Pr
                     kind="oom",
                     message=(
                         f"the probe's processes used {_gib(watch.exceeded_at)}, over the "
-                        f"memory limit of {_gib(watch.limit or 0)}"
+                        f"memory limit of {_gib(watch.limit or 0)} (search option memory_limit)"
                     ),
                 )
                 break
@@ -206,8 +238,7 @@ def run_probe(request: ProbeRequest, *, on_window: OnWindow | None = None) -> Pr
                 failure = Failure(kind="timeout", message=_stall_message(startup, request))
                 break
             if not process.is_alive() and not events.poll(0):
-                exit_kind, message = describe_exit(process.exitcode)
-                failure = Failure(kind=exit_kind, message=message)
+                failure = _exit_failure(process.exitcode, kills_before)
                 break
     finally:
         _end(process, control, watch, graceful=finished)
@@ -222,6 +253,31 @@ def run_probe(request: ProbeRequest, *, on_window: OnWindow | None = None) -> Pr
         monitor=monitor.figures(*span) if span else monitor.figures(),
     )
     return ProbeResult(figures=figures, failure=failure, stopped=stopped, info=info)
+
+
+def _oom_killed_since(before: int | None) -> bool | None:
+    after = oom_kills()
+    if before is None or after is None:
+        return None
+    return after > before
+
+
+def _exit_failure(exitcode: int | None, kills_before: int | None) -> Failure:
+    kind, message = describe_exit(exitcode, oom_killed=_oom_killed_since(kills_before))
+    return Failure(kind=kind, message=message)
+
+
+def _worker_oom(failure: Failure, kills_before: int | None) -> Failure:
+    """A worker killed by SIGKILL while the kernel's out-of-memory killer struck ran out
+    of memory; torch only says that it was killed."""
+    if (
+        failure.kind == "worker"
+        and "signal: Killed" in failure.message
+        and (_oom_killed_since(kills_before))
+    ):
+        message = f"{failure.message} (by the kernel's out-of-memory killer)"
+        return dataclasses.replace(failure, kind="oom", message=message)
+    return failure
 
 
 def _stall_message(startup: float | None, request: ProbeRequest) -> str:
@@ -240,19 +296,36 @@ def _send_stop(control: Any) -> None:
 
 
 def _end(process: Any, control: Any, watch: TreeWatch, *, graceful: bool) -> None:
-    """Make sure the probe and every process it started are gone."""
+    """Make sure the probe and every process it started are gone, and what they left in
+    shared memory too."""
     if graceful:
         process.join(timeout=_GRACE_SECONDS)
+    watch.stop()
+    watch.collect()
     if process.is_alive():
         _send_stop(control)
-        # The probe leads its own process group: this takes its workers too.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
         process.kill()
-    watch.stop()
+    # The probe leads its own process group: this takes its workers too, also when the
+    # probe itself has died (a crash) and left them behind.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
     watch.kill_all()
     process.join(timeout=_GRACE_SECONDS)
     control.close()
+    _remove_shared_memory(watch.pids)
+
+
+def _remove_shared_memory(pids: list[int]) -> None:
+    """Remove the shared-memory files these (ended) processes left behind.
+
+    torch names them after the process that made them (``torch_<pid>_...``) and
+    unlinks them at once, except when making one fails half-way (shared memory
+    full): then the file stays, holding on to the very memory that ran out.
+    """
+    for pid in pids:
+        for path in _SHM_DIR.glob(f"torch_{pid}_*"):
+            with contextlib.suppress(OSError):
+                path.unlink()
 
 
 def _gib(value: int) -> str:

@@ -1,0 +1,240 @@
+"""The search itself is stopped: Ctrl-C (it exits promptly, keeps every finished trial
+and --resume continues) or SIGKILL (the study opens afterwards, finished trials intact,
+and the next search fails the trial that was running at once). No process is left
+behind (the autouse fixtures check, orphans included), and nothing is written but the
+study (these searches run in an empty directory with an empty HOME)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import workloads
+from faults import (
+    DRIVERS,
+    Case,
+    Places,
+    Running,
+    api_keywords,
+    drive,
+    finished_numbers,
+    probe_request,
+    running_trial,
+    study_trials,
+    wait_for_running_trial,
+)
+
+import autotune
+from autotune._probe import run_probe
+from autotune._settings import Settings
+from autotune.cli import main
+
+EIGHT_CONFIGS = {
+    "num_workers": [0, 1],
+    "prefetch_factor": [1, 2, 4],
+    "persistent_workers": False,
+    "threads": 1,
+    "batch_size": [8, 16],
+    "amp": "off",
+}
+LONG = Case(space=EIGHT_CONFIGS, options={"trials": 8, "max_windows": 5, "window_seconds": 0.2})
+"""Trials of about a second, so that a signal lands in one."""
+
+
+@pytest.fixture
+def places(tmp_path, monkeypatch) -> Places:
+    places = Places(tmp_path).make()
+    monkeypatch.chdir(places.cwd)
+    monkeypatch.setenv("HOME", str(places.home))
+    return places
+
+
+def check_kept(trials: list, finished: set[int]) -> None:
+    """Every trial reported finished is in the study, finished, with its figures."""
+    by_number = {t.number: t for t in trials}
+    for number in finished:
+        trial = by_number[number]
+        assert trial.state in ("COMPLETE", "PRUNED", "FAIL")
+        assert trial.settings is not None
+        assert trial.figures is not None and trial.figures.windows
+
+
+@contextlib.contextmanager
+def ctrl_c_once_running(study: Path) -> Iterator[list[float]]:
+    """Send this process a real SIGINT, as Ctrl-C does, once a trial after the first one
+    is measuring; yields the list that gets the time it was sent."""
+    sent: list[float] = []
+
+    def watch() -> None:
+        with contextlib.suppress(AssertionError):
+            wait_for_running_trial(study, at_least=1)
+            sent.append(time.monotonic())
+            os.kill(os.getpid(), signal.SIGINT)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    yield sent
+    thread.join(timeout=10)
+
+
+def test_ctrl_c_on_the_command_line(places, capsys) -> None:
+    study = ("--study", str(places.study))
+    places.config.write_text(LONG.config())
+    with ctrl_c_once_running(places.study) as sent:
+        code = main(["search", str(places.config), *study])
+    assert sent and time.monotonic() - sent[0] < 10  # promptly
+    assert code == 130
+    stderr = capsys.readouterr().err
+    assert "autotune: interrupted; every finished trial is kept in the study" in stderr
+    assert "Traceback" not in stderr
+    places.check_nothing_else_written()
+
+    trials = study_trials(places.study)
+    finished = finished_numbers(stderr)
+    assert finished
+    check_kept(trials, finished)
+    assert not [t for t in trials if t.state == "RUNNING"]
+    interrupted = [t for t in trials if t.number not in finished]
+    assert len(interrupted) == 1
+    assert interrupted[0].state == "FAIL"
+    assert interrupted[0].failure.kind == "interrupted"
+    assert interrupted[0].failure.message == "interrupted (Ctrl-C)"
+
+    resume = (*study, "--resume", "--trials", "1")
+    resumed = drive("cli", LONG, places.cwd, capsys, *resume, config=places.config)
+    assert resumed.code == 0, resumed.error
+    after = study_trials(places.study)
+    assert [(t.number, t.state) for t in after[: len(trials)]] == [
+        (t.number, t.state) for t in trials
+    ]
+    explored = [t for t in after if t.role == "explore" and t.state != "FAIL"]
+    assert len(explored) == len(finished) + 1
+    assert autotune.load(places.study).confirmed
+    places.check_nothing_else_written()
+
+
+def test_a_probe_runs_in_a_session_of_its_own() -> None:
+    """So a terminal's Ctrl-C, sent to the search's process group, reaches the search
+    alone: it ends the probe and records the trial itself."""
+    sessions = []
+
+    def on_window(window, windows) -> bool:
+        for process in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if process.name() != "pt_data_worker" and process.ppid() != os.getpid():
+                    sessions.append((process.pid, os.getsid(process.pid), os.getpgid(process.pid)))
+        return False
+
+    settings = Settings(batch_size=4, num_workers=1, prefetch_factor=2)
+    run_probe(probe_request(workloads.SleepyDataset(), settings=settings), on_window=on_window)
+    probes = [(pid, sid, group) for pid, sid, group in sessions if sid == pid]
+    assert len(probes) == 1  # the probe leads a session; its workers are in its group
+    assert os.getpgid(0) not in {group for _pid, _sid, group in sessions}
+
+
+class CtrlCDuring(autotune.QuietProgress):
+    """Sends this process a real SIGINT while trial ``number`` is measuring."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.sent: float | None = None
+        self.finished: set[int] = set()
+
+    def window(self, number, window, value) -> None:
+        if number == self.number and self.sent is None:
+            self.sent = time.monotonic()
+            os.kill(os.getpid(), signal.SIGINT)
+
+    def trial_finished(self, record, best) -> None:
+        self.finished.add(record.number)
+
+
+def test_ctrl_c_in_the_python_api(places) -> None:
+    keywords = api_keywords(LONG, ("--study", str(places.study)))
+    progress = CtrlCDuring(number=1)
+    with pytest.raises(KeyboardInterrupt):
+        autotune.search(**keywords, progress=progress)
+    assert progress.sent is not None
+    assert time.monotonic() - progress.sent < 10
+
+    trials = study_trials(places.study)
+    assert progress.finished == {0}
+    check_kept(trials, progress.finished)
+    assert [t.state for t in trials][1:] == ["FAIL"]
+    assert trials[1].failure.kind == "interrupted"
+
+    result = autotune.search(**{**keywords, "trials": 1}, resume=True)
+    after = study_trials(places.study)
+    assert [t.state for t in after[:2]] == [t.state for t in trials]
+    assert len([t for t in after if t.role == "explore" and t.state != "FAIL"]) == 2
+    assert result.confirmed
+    places.check_nothing_else_written()
+
+
+def test_sigkill_of_the_search(tmp_path, monkeypatch, capsys) -> None:
+    """Through both drivers at once, each in a place of its own."""
+    places = {driver: Places(tmp_path / driver).make() for driver in DRIVERS}
+    running = {
+        driver: Running(
+            driver,
+            LONG,
+            places[driver].cwd,
+            "--study",
+            str(places[driver].study),
+            config=places[driver].config,
+            env={"HOME": str(places[driver].home)},
+        )
+        for driver in DRIVERS
+    }
+    # Each is killed, the search alone (its probe must notice and end itself), as soon
+    # as a trial is done and another one runs.
+    alive = dict(running)
+    deadline = time.monotonic() + 120
+    while alive and time.monotonic() < deadline:
+        for driver, search in list(alive.items()):
+            if running_trial(places[driver].study, at_least=1) is not None:
+                time.sleep(0.3)  # measuring
+                search.process.kill()
+                del alive[driver]
+        time.sleep(0.05)
+    assert not alive, f"no trial #1+ ran in {list(alive)}"
+    for driver, search in running.items():
+        code, stderr = search.finish(timeout=60)
+        assert code == -signal.SIGKILL
+        place = places[driver]
+        trials = study_trials(place.study)
+        finished = finished_numbers(stderr)
+        assert finished
+        check_kept(trials, finished)
+        left_running = [t for t in trials if t.state == "RUNNING"]
+        assert len(left_running) == 1
+        # It opens: `autotune show` for the command line's, autotune.load for the API's.
+        if driver == "cli":
+            assert main(["show", str(place.study)]) == 0
+            assert "RUNNING" in capsys.readouterr().out
+        else:
+            assert autotune.load(place.study).settings is not None
+        place.check_nothing_else_written(killed=True)
+
+    # The next search on a study fails the trial left running at once (its search is
+    # gone, on this machine), and goes on.
+    place, search = places["cli"], running["cli"]
+    left_running = [t for t in study_trials(place.study) if t.state == "RUNNING"]
+    monkeypatch.chdir(place.cwd)
+    shorter = dataclasses.replace(LONG, options={**LONG.options, "trials": 1})
+    study = ("--study", str(place.study))
+    again = drive("cli", shorter, place.cwd, capsys, *study, "--resume", config=place.config)
+    assert again.code == 0, again.error
+    stale = {t.number: t for t in study_trials(place.study)}[left_running[0].number]
+    assert stale.state == "FAIL"
+    assert stale.failure.kind == "interrupted"
+    assert stale.failure.message.startswith(f"the search running it (pid {search.process.pid})")
+    place.check_nothing_else_written()

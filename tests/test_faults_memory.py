@@ -1,0 +1,186 @@
+"""Out of memory (the host's RAM limit; CUDA's out-of-memory error, faked on CPU) and
+shared memory too small for the batches in flight (a real, tiny /dev/shm)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from functools import cache
+
+import pytest
+import workloads
+from conftest import TESTS
+from faults import Case, drive, probe_request, study_trials
+
+import autotune
+from autotune._probe import ProbeResult, run_probe
+from autotune._probe._failure import shm_shortfall
+
+BATCHES = {"num_workers": 0, "threads": 1, "amp": "off", "batch_size": [8, 16, 32]}
+
+
+def probe(model, *, batch_size: int, **fields) -> ProbeResult:
+    dataset = workloads.SleepyDataset()
+    return run_probe(
+        probe_request(dataset, model, batch_size=batch_size, window_seconds=0.1, **fields)
+    )
+
+
+def test_cuda_out_of_memory_is_recorded_as_out_of_memory() -> None:
+    result = probe(workloads.oom_model, batch_size=16)  # raises torch.OutOfMemoryError above 8
+    assert result.failure is not None
+    assert result.failure.kind == "oom"
+    assert result.failure.piece == "model(batch)"
+    assert "CUDA out of memory" in result.failure.message
+
+
+def test_the_memory_limit_stops_a_probe_that_grows() -> None:
+    result = probe(workloads.BatchMemoryModel(mib=32), batch_size=16, memory_limit=500 * 2**20)
+    assert result.failure is not None
+    assert result.failure.kind == "oom"
+    assert "over the memory limit of 0.49 GiB (search option memory_limit)" in (
+        result.failure.message
+    )
+
+
+@pytest.mark.parametrize(
+    ("driver", "model", "options", "reason"),
+    [
+        ("cli", "batch_memory_model", {"memory_limit": "500MiB"}, "over the memory limit"),
+        ("api", "oom_model", {}, "CUDA out of memory"),
+    ],
+    ids=["cli-host-memory", "api-cuda"],
+)
+def test_out_of_memory_rules_out_larger_batches(
+    driver, model, options, reason, workdir, capsys
+) -> None:
+    case = Case(model=model, space=BATCHES, options={"trials": 8, **options})
+    outcome = drive(driver, case, workdir, capsys)
+    assert outcome.code == 0, outcome.error
+    explored = [t for t in outcome.trials() if t.role == "explore"]
+    probed = [t for t in explored if not (t.failure and t.failure.kind == "infeasible")]
+    ooms = [t for t in probed if t.failure and t.failure.kind == "oom"]
+    assert ooms and all(reason in t.failure.message for t in ooms)
+    assert all(t.settings.batch_size > 8 for t in ooms)
+    for oom in ooms:  # nothing as large was run after it
+        later = [t for t in probed if t.number > oom.number]
+        assert all(t.settings.batch_size < oom.settings.batch_size for t in later)
+    blocked = [t for t in explored if t.failure and t.failure.kind == "infeasible"]
+    for trial in blocked:
+        assert trial.figures is None  # not run
+        assert re.fullmatch(
+            r"not run: batch (\d+ > batch )?\d+(, which)? ran out of memory with the same "
+            r"settings in trial #\d+",
+            trial.failure.message,
+        )
+    chosen = autotune.load(outcome.study).settings.batch_size
+    assert chosen < min(t.settings.batch_size for t in ooms)
+
+
+# ------------------------------------------------------------------ shared memory
+def test_batches_in_flight_are_checked_against_free_shared_memory() -> None:
+    mib = 2**20
+    fits = shm_shortfall(num_workers=2, prefetch_factor=2, batch_bytes=mib, free_bytes=5 * mib)
+    assert fits is None
+    short = shm_shortfall(num_workers=4, prefetch_factor=4, batch_bytes=mib, free_bytes=5 * mib)
+    assert short is not None and short.kind == "shm"
+    assert short.message.startswith(
+        "not run: 17 batches in flight (4 workers x prefetch 4, + 1) of 1.0 MiB need 17.0 MiB "
+        "of shared memory (/dev/shm), and 5.0 MiB is free"
+    )
+    assert "docker run --shm-size" in short.message
+    assert shm_shortfall(num_workers=0, prefetch_factor=None, batch_bytes=mib, free_bytes=0) is None
+
+
+@cache
+def private_shm_command() -> list[str] | None:
+    """``unshare`` arguments that give a command a /dev/shm of its own, or None when this
+    machine does not allow it (no mount namespaces for this user)."""
+    if shutil.which("unshare") is None or not os.path.isdir("/dev/shm"):
+        return None
+    for flags in (["--mount"], ["--map-root-user", "--mount"]):
+        probe = ["unshare", *flags, "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /dev/shm"]
+        if subprocess.run(probe, capture_output=True).returncode == 0:
+            return ["unshare", *flags]
+    return None
+
+
+_IN_A_TINY_SHM = """
+import json, pickle, sys
+import autotune, workloads
+from autotune._probe import ProbeRequest, WorkloadSource, run_probe
+from autotune._settings import Settings
+from autotune._workload import Workload
+from autotune.cli import main
+
+report = {}
+report["cli"] = main(["search", "cli/fault.py", "--study", "cli/studies/fault.db"])
+autotune.search(**json.loads(sys.argv[1]), dataset=workloads.big_items_dataset,
+                model=workloads.big_items_model, study="api/studies/fault.db")
+report["api"] = 0
+# A probe told to run with workers anyway: shared memory runs out for real.
+workload = Workload(dataset=workloads.BigItemsDataset(), model=workloads.big_items_model,
+                    batch_size=8)
+result = run_probe(ProbeRequest(
+    source=WorkloadSource(pickled=pickle.dumps(workload)),
+    settings=Settings(batch_size=8, num_workers=2, prefetch_factor=2), device="cpu",
+    window_seconds=0.1, max_windows=2, warmup_seconds=0.05, stall_timeout=20))
+report["probe"] = result.failure.to_dict() if result.failure else None
+with open("report.json", "w") as file:
+    json.dump(report, file)
+"""
+
+
+def test_shared_memory_too_small_for_the_batches(workdir) -> None:
+    """A real 4 MiB /dev/shm (a tmpfs in a mount namespace of the test's own); batches of
+    2 MiB, so one worker with prefetch 2 (3 batches in flight) cannot fit."""
+    command = private_shm_command()
+    if command is None:
+        pytest.skip("this machine gives no mount namespace to mount a small /dev/shm in")
+    case = Case(dataset="big_items_dataset", model="big_items_model")
+    for where in ("cli", "api"):
+        (workdir / where).mkdir()
+    (workdir / "cli" / "fault.py").write_text(case.config())
+    keywords = {k: v for k, v in case.api_kwargs().items() if k not in ("dataset", "model")}
+    script = textwrap.dedent(_IN_A_TINY_SHM)
+    shell = (
+        'mount -t tmpfs -o size=4m tmpfs /dev/shm && "$@"; code=$?; ls -A /dev/shm > left.txt; '
+        "exit $code"
+    )
+    run = subprocess.run(
+        [*command, "sh", "-c", shell, "sh", sys.executable, "-c", script, json.dumps(keywords)],
+        cwd=workdir,
+        env={**os.environ, "PYTHONPATH": str(TESTS)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    assert (workdir / "left.txt").read_text() == "", "left behind in /dev/shm"
+    report = json.loads((workdir / "report.json").read_text())
+    assert report["cli"] == 0 and report["api"] == 0
+
+    # The search refuses the config with workers up front, naming shared memory and the fix.
+    for where in ("cli", "api"):
+        study = workdir / where / "studies" / "fault.db"
+        refused = [t for t in study_trials(study) if t.state == "FAIL"]
+        assert refused and all(t.settings.num_workers == 1 for t in refused)
+        for trial in refused:
+            assert trial.failure.kind == "shm"
+            assert "need 6.0 MiB of shared memory (/dev/shm), and 4.0 MiB is free" in (
+                trial.failure.message
+            )
+            assert "docker run --shm-size" in trial.failure.message
+        assert autotune.load(study).settings.num_workers == 0
+
+    # A probe that runs anyway fails when shared memory runs out, with the same advice.
+    failure = report["probe"]
+    assert failure["kind"] == "shm"
+    assert "No space left on device" in failure["message"]
+    assert "shared memory (/dev/shm) is too small" in failure["message"]
+    assert "docker run --shm-size" in failure["message"]
