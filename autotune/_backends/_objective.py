@@ -31,10 +31,12 @@ from autotune._backends import ExplorePlan
 from autotune._placement import PLACEMENT, Slot, SlotPool
 from autotune._probe import Failure, Figures, ProbeResult, Window, run_probe
 from autotune._probe._failure import shm_shortfall
+from autotune._progress import format_rate
 from autotune._settings import Settings
 from autotune._space import TrialLike
 from autotune._study import (
     BACKEND,
+    BOUNDED,
     DUPLICATE_OF,
     FAILURE,
     FIGURES,
@@ -190,6 +192,15 @@ class TrialRules:
             earlier = self._earlier(settings, trial.number)
             if earlier is not None:
                 return self._repeat(trial, earlier)
+            bounds = self.plan.bounds
+            if bounds is not None:
+                best = best_record(self.plan.study, role="explore")
+                reason = bounds.rules_out(
+                    settings, best.value if best else None, self.plan.options.tolerance
+                )
+                if reason is not None:
+                    trial.set_user_attr(BOUNDED, reason)
+                    return Outcome(TrialState.PRUNED, reason=reason)
         return None
 
     def conclude(self, trial: optuna.Trial, settings: Settings, result: ProbeResult) -> Outcome:
@@ -249,7 +260,7 @@ class TrialRules:
     def _repeat(trial: optuna.Trial, earlier: FrozenTrial) -> Outcome:
         """Reuse an earlier trial's outcome for the same config."""
         trial.set_user_attr(DUPLICATE_OF, earlier.number)
-        for attr in (FIGURES, FAILURE):
+        for attr in (FIGURES, FAILURE, BOUNDED):
             if attr in earlier.user_attrs:
                 trial.set_user_attr(attr, earlier.user_attrs[attr])
         for step, value in sorted(earlier.intermediate_values.items()):
@@ -288,8 +299,10 @@ class TrialRules:
             if len(signatures) == 1:
                 self.plan.fatal = self.failures[0]
                 return True
-        known = record.duplicate_of is not None or (
-            record.failure is not None and record.failure.kind == "infeasible"
+        known = (
+            record.duplicate_of is not None
+            or record.bounded is not None
+            or (record.failure is not None and record.failure.kind == "infeasible")
         )
         self.repeats = self.repeats + 1 if known else 0
         measured = self._measured(study)
@@ -303,7 +316,34 @@ class TrialRules:
                 "exploration ends early"
             )
             return True
-        return False
+        return self._near_the_ceiling(study)
+
+    def _near_the_ceiling(self, study: optuna.Study) -> bool:
+        """Whether the best config is within the finalist band of the highest compute
+        ceiling (after the warm starts have run): no config can do much better."""
+        bounds = self.plan.bounds
+        if bounds is None:
+            return False
+        best = best_record(study, role="explore")
+        if best is None or not bounds.saturated(best.value, self.plan.options.tolerance):
+            return False
+        probed = sum(
+            1
+            for t in study.get_trials(
+                deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)
+            )
+            if t.user_attrs.get(ROLE, "explore") == "explore"
+            and DUPLICATE_OF not in t.user_attrs
+            and BOUNDED not in t.user_attrs
+        )
+        if probed < len(self.plan.warm_starts):
+            return False
+        self.plan.progress.message(
+            f"the best config trains {format_rate(best.value)} samples/s, within "
+            f"{2 * self.plan.options.tolerance:.0%} of the most the model trains with no "
+            f"loader at all ({format_rate(bounds.highest)}): exploration ends early"
+        )
+        return True
 
     def _measured(self, study: optuna.Study) -> set[str]:
         """Keys of the space's configs that exploration has settled (measured, pruned,
@@ -333,6 +373,10 @@ class TrialRules:
         if not fresh and space.size() <= _ENUMERABLE:
             fresh = [s for s in space.configs() if s.key() not in measured]
             self._rng.shuffle(fresh)
+        bounds = self.plan.bounds
+        if bounds is not None and best is not None:
+            tolerance = self.plan.options.tolerance
+            fresh = [s for s in fresh if bounds.rules_out(s, best.value, tolerance) is None]
         if fresh:
             origin = f"neighbour of #{best.number}" if best is not None else "unmeasured"
             enqueue(study, space.params(fresh[0]), {ROLE: "explore", PROPOSED_BY: origin})
