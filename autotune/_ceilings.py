@@ -16,8 +16,9 @@ often the winner's) is not run twice.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 
+from autotune._bounds import compute_key
 from autotune._probe import Figures, Mode, ProbeRequest, run_probe
 from autotune._progress import Progress, format_rate
 from autotune._result import Measurement
@@ -64,9 +65,15 @@ def measure_ceilings(
     baseline: Settings,
     cpus: int,
     progress: Progress,
+    known_compute: Mapping[str, Figures] | None = None,
 ) -> Ceilings:
-    """Run the ceiling probes; a failed one is left out and said so."""
+    """Run the ceiling probes; a failed one is left out and said so. Compute ceilings
+    already measured (by the bounds stage, keyed by :func:`compute_key`) are reused."""
     limit = limit_settings(winner, cpus)
+    # A ceiling is one reference figure, not a comparison between close configs: a
+    # third of a trial's windows (at least 3) measures it well enough, for a third of
+    # the time.
+    template = dataclasses.replace(template, max_windows=max(3, template.max_windows // 3))
     jobs: list[tuple[str, Mode, Settings]] = [
         ("winner", "compute", winner),
         ("winner", "data", winner),
@@ -74,14 +81,17 @@ def measure_ceilings(
         ("baseline", "data", baseline),
         ("limit", "data", limit),
     ]
-    distinct = len({_key(mode, settings) for _, mode, settings in jobs})
+    measured: dict[Hashable, Figures | None] = {}
+    for _, mode, settings in jobs:
+        if mode == "compute" and compute_key(settings) in (known_compute or {}):
+            measured[_key(mode, settings)] = (known_compute or {})[compute_key(settings)]
+    distinct = len({_key(mode, settings) for _, mode, settings in jobs} - set(measured))
     progress.phase(
         "ceilings",
         "the model on batches in memory; the loader with no model "
         f"(the best's, the default's, and {limit.num_workers} workers)",
     )
     progress.plan("ceilings", distinct, None)
-    measured: dict[Hashable, Figures | None] = {}
     found: dict[str, dict[str, Figures]] = {"winner": {}, "baseline": {}, "limit": {}}
     for owner, mode, settings in jobs:
         key = _key(mode, settings)

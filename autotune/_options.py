@@ -45,6 +45,10 @@ class SearchOptions:
     """Bytes a trial's processes may use; None: 80% of the memory available at the start."""
     finalists: int = 3
     """Configs re-measured before the winner is named."""
+    bounds: bool = True
+    """Before exploring, measure the compute ceiling of each batch size, AMP mode and
+    thread count: configs that cannot come near the best are then skipped, and exploring
+    stops once the best nears the highest ceiling."""
     ceilings: bool = True
     """Measure the compute and data ceilings of the winner and of the default loader, and
     the loader alone with the most workers (what the diagnosis compares them with)."""

@@ -90,6 +90,8 @@ def outcome(record: TrialRecord) -> str:
     if record.state == "COMPLETE":
         suffix = f" (same as #{record.duplicate_of})" if record.duplicate_of is not None else ""
         return f"{format_rate(record.value)} samples/s{suffix}"
+    if record.bounded is not None:
+        return record.bounded
     if record.state == "PRUNED":
         windows = len(record.figures.windows) if record.figures else 0
         return f"{format_rate(record.value)} samples/s, pruned after {windows} window(s)"

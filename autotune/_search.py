@@ -16,6 +16,7 @@ import optuna
 import psutil
 
 from autotune._backends import Backend, ExplorePlan, get_backend
+from autotune._bounds import measure_bounds
 from autotune._ceilings import Ceilings, measure_ceilings
 from autotune._choose import Candidate, cheapest_within, finalists
 from autotune._ddp import DdpResult, planned_probes, run_ddp_stage
@@ -200,6 +201,9 @@ def _run_stages(
     _check_same_workload(meta, machine, info, path, placement)
     if not meta:
         study.set_user_attr(META, _meta(workload, machine, device, space, options, info, placement))
+    bounds, compute_figures = (
+        measure_bounds(single, space, study, progress) if options.bounds else (None, {})
+    )
     parallel = f"; {len(slots)} at a time, {placement.describe()}" if len(slots) > 1 else ""
     progress.phase(
         "explore",
@@ -216,9 +220,16 @@ def _run_stages(
         study=study,
         space=space,
         template=single if len(slots) == 1 else template,
-        warm_starts=warm_starts(space, machine, workload.batch_size, cpus=placement.rank_cpus),
+        warm_starts=warm_starts(
+            space,
+            machine,
+            workload.batch_size,
+            cpus=placement.rank_cpus,
+            fastest_model=bounds.fastest_model() if bounds is not None else None,
+        ),
         options=options,
         progress=progress,
+        bounds=bounds,
         slots=slots if len(slots) > 1 else (),
     )
     runner.explore(plan)
@@ -266,7 +277,9 @@ def _run_stages(
             later=ceiling_probes,
         )
     ceilings = (
-        measure_ceilings(single, winner.settings, baseline, placement.rank_cpus, progress)
+        measure_ceilings(
+            single, winner.settings, baseline, placement.rank_cpus, progress, compute_figures
+        )
         if options.ceilings
         else Ceilings(winner={}, baseline={}, loader_limit=None)
     )
@@ -304,10 +317,17 @@ def preflight(template: ProbeRequest, workload: Workload) -> dict[str, Any]:
 
 
 def warm_starts(
-    space: Space, machine: Machine, batch_size: int, *, cpus: int | None = None
+    space: Space,
+    machine: Machine,
+    batch_size: int,
+    *,
+    cpus: int | None = None,
+    fastest_model: Settings | None = None,
 ) -> tuple[Settings, ...]:
     """Configs tried first: the common rule of thumb (a worker per CPU of the rank's
-    share, ``cpus``, by default the machine's), and no workers."""
+    share, ``cpus``, by default the machine's), and no workers; each with the batch size,
+    AMP and threads of the fastest compute ceiling (``fastest_model``) when the bounds
+    measured one, and with the user's own."""
     threads = [t for t in space.threads.values() if isinstance(t, int)]
     rule_of_thumb = Settings(
         batch_size=batch_size,
@@ -320,7 +340,19 @@ def warm_starts(
     no_workers = dataclasses.replace(
         rule_of_thumb, num_workers=0, prefetch_factor=None, persistent_workers=False
     )
-    snapped = (space.snap(s) for s in (rule_of_thumb, no_workers))
+    starts = [rule_of_thumb, no_workers]
+    if fastest_model is not None:
+        fastest = [
+            dataclasses.replace(
+                s,
+                batch_size=fastest_model.batch_size,
+                amp=fastest_model.amp,
+                threads=fastest_model.threads,
+            )
+            for s in starts
+        ]
+        starts = fastest + starts
+    snapped = (space.snap(s) for s in starts)
     return tuple({s.key(): s for s in snapped}.values())
 
 

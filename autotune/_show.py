@@ -70,11 +70,7 @@ def trials_table(records: Sequence[TrialRecord]) -> list[str]:
     for r in records:
         s = r.settings
         f = r.figures
-        note = ""
-        if r.failure is not None:
-            note = f"{r.failure.kind}: {r.failure.message}"
-        elif r.duplicate_of is not None:
-            note = f"same config as #{r.duplicate_of}"
+        note = r.note
         if s is None:
             cells = f"{'-':>3} {'-':>2} {'-':>4} {'-':>3} {'-':>5} {'-':>4} {'-':>4} {'-':>3}"
         else:

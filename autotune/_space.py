@@ -140,6 +140,29 @@ class Space:
             )
         return Settings(**values)
 
+    def neighbors(self, settings: Settings) -> list[Settings]:
+        """The configs of the space one step from ``settings``: one knob moved to an
+        adjacent value (the next worker count, the next batch size, the other boolean...).
+        Starting or stopping workers moves num_workers alone; the worker knobs then
+        take their default or fall away."""
+        found: dict[str, Settings] = {}
+        for knob in self.active_knobs(settings):
+            values = self.domain(knob).values()
+            current = getattr(settings, knob)
+            if current not in values:
+                continue
+            at = values.index(current)
+            for step in (-1, 1):
+                if 0 <= at + step < len(values):
+                    moved = dataclasses.replace(
+                        settings,
+                        **_with_worker_knobs(knob, values[at + step], settings),
+                    )
+                    snapped = self.snap(moved)
+                    if snapped != settings and self.contains(snapped):
+                        found.setdefault(snapped.key(), snapped)
+        return list(found.values())
+
     def configs(self) -> Iterator[Settings]:
         """Every config of the space (the exhaustive grid)."""
         shared = ("pin_memory", "batch_size", "amp", "echo", "threads")
@@ -194,6 +217,15 @@ class Space:
                 text += " (with workers)"
             lines.append(f"{knob}: {text}")
         return lines + list(self.notes)
+
+
+def _with_worker_knobs(knob: str, value: Value, settings: Settings) -> dict[str, Any]:
+    """The fields to replace when ``knob`` takes ``value``, keeping Settings valid."""
+    if knob == "num_workers" and value == 0:
+        return {"num_workers": 0, "prefetch_factor": None, "persistent_workers": False}
+    if knob == "num_workers" and settings.num_workers == 0:
+        return {"num_workers": value, "prefetch_factor": 2}
+    return {knob: value}
 
 
 def _nearest(value: Value, allowed: tuple[Value, ...]) -> Value:

@@ -52,6 +52,7 @@ GROUP = "autotune.group"
 BACKEND = "autotune.backend"
 NODE = "autotune.node"
 DUPLICATE_OF = "autotune.duplicate_of"
+BOUNDED = "autotune.bounded"
 OWNER = "autotune.owner"
 
 DEFAULT_DIR = Path("studies")
@@ -319,7 +320,20 @@ class TrialRecord:
     failure: Failure | None
     duration_s: float | None
     duplicate_of: int | None = None
+    bounded: str | None = None
+    """Why the trial was not run: its compute ceiling could not reach the best."""
     backend: str | None = None
+
+    @property
+    def note(self) -> str:
+        """Why a trial has no figures of its own, or how it failed; empty otherwise."""
+        if self.failure is not None:
+            return f"{self.failure.kind}: {self.failure.message}"
+        if self.duplicate_of is not None:
+            return f"same config as #{self.duplicate_of}"
+        if self.bounded is not None:
+            return self.bounded
+        return ""
 
     @classmethod
     def from_trial(cls, trial: FrozenTrial) -> TrialRecord:
@@ -341,13 +355,19 @@ class TrialRecord:
             failure=failure,
             duration_s=duration,
             duplicate_of=attrs.get(DUPLICATE_OF),
+            bounded=attrs.get(BOUNDED),
             backend=attrs.get(BACKEND),
         )
 
 
 def records(study: optuna.Study) -> list[TrialRecord]:
-    """Every trial of the study, oldest first."""
-    return [TrialRecord.from_trial(t) for t in study.get_trials(deepcopy=False)]
+    """Every trial of the study, oldest first; not the configs still queued (WAITING),
+    which are proposals a later search runs first, not trials yet."""
+    return [
+        TrialRecord.from_trial(t)
+        for t in study.get_trials(deepcopy=False)
+        if t.state != TrialState.WAITING
+    ]
 
 
 @functools.cache

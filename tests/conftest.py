@@ -39,6 +39,7 @@ QUICK = {
     "warmup_seconds": 0.05,
     "trial_timeout": 20.0,
     "ceilings": False,
+    "bounds": False,
 }
 """Search options that keep a test search to a few seconds."""
 

@@ -115,3 +115,29 @@ def test_api_arguments_are_checked(workdir) -> None:
         autotune.search(dataset=lambda: workloads.SleepyDataset(), model=workloads.linear_model)
     with pytest.raises(ConfigError, match="unknown options \\['trails'\\]"):
         autotune.search(dataset=workloads.sleepy_dataset, model=workloads.linear_model, trails=3)
+
+
+def test_a_repeat_proposal_makes_room_for_an_unmeasured_config(workdir) -> None:
+    space = {
+        "num_workers": [0, 1, 2],
+        "prefetch_factor": 2,
+        "persistent_workers": True,
+        "batch_size": [8, 16],
+        "threads": 1,
+        "amp": "off",
+    }
+    autotune.search(
+        dataset=workloads.sleepy_dataset,
+        model=workloads.linear_model,
+        batch_size=8,
+        space=space,
+        **quick(trials=14, seed=3),
+    )
+    study = optuna.load_study(study_name="workload", storage="sqlite:///studies/workload.db")
+    explored = [r for r in records(study) if r.role == "explore"]
+    probed = {r.settings.key() for r in explored if r.duplicate_of is None}
+    assert len(probed) == 6  # every config of the space measured once
+    assert len(explored) < 14  # and exploration stopped when nothing new was left
+    queued = [t for t in study.trials if "autotune.proposed_by" in t.user_attrs]
+    repeats = [r for r in explored if r.duplicate_of is not None]
+    assert len(queued) >= len(repeats) - 1  # each repeat queued something new instead

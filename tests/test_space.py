@@ -129,3 +129,41 @@ def test_snap_moves_a_config_into_the_space() -> None:
 def test_bad_spaces_are_rejected_with_what_was_given(user, message) -> None:
     with pytest.raises(SpaceError, match=message):
         build_space(user, CPU, batch_size=32)
+
+
+def test_neighbors_move_one_knob_one_step() -> None:
+    space = build_space({"num_workers": [0, 1, 2, 4]}, CPU, batch_size=32)
+    start = next(
+        c
+        for c in space.configs()
+        if c.num_workers == 2
+        and c.prefetch_factor == 2
+        and c.batch_size == 32
+        and c.threads == 1
+        and not c.persistent_workers
+    )
+    around = space.neighbors(start)
+    assert all(space.contains(s) for s in around)
+    assert start not in around
+    changed = [{k for k, v in s.to_dict().items() if v != start.to_dict()[k]} for s in around]
+    assert all(len(c) == 1 for c in changed), changed
+    moves = {(k, getattr(s, k)) for s, c in zip(around, changed, strict=True) for k in c}
+    assert moves == {
+        ("num_workers", 1),
+        ("num_workers", 4),
+        ("prefetch_factor", 1),
+        ("prefetch_factor", 4),
+        ("persistent_workers", True),
+        ("batch_size", 16),
+        ("batch_size", 64),
+        ("threads", 2),
+    }
+
+
+def test_neighbors_start_and_stop_workers() -> None:
+    space = build_space({"num_workers": [0, 1]}, CPU, batch_size=32)
+    none = next(c for c in space.configs() if c.num_workers == 0)
+    started = [s for s in space.neighbors(none) if s.num_workers == 1]
+    assert started and started[0].prefetch_factor == 2
+    stopped = [s for s in space.neighbors(started[0]) if s.num_workers == 0]
+    assert stopped == [none]

@@ -292,3 +292,40 @@ def big_items_model() -> nn.Module:
 
 def segfault_after_dataset() -> Dataset:
     return SegfaultDataset(after=8)
+
+
+class SteadyModel(nn.Module):
+    """A linear model whose every forward takes ``seconds`` whatever the batch: a known
+    compute cost per step, so a larger batch trains proportionally faster."""
+
+    def __init__(self, seconds: float = 0.01) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.linear = nn.Linear(FEATURES, CLASSES)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        time.sleep(self.seconds)
+        return self.linear(inputs)
+
+
+def steady_model() -> nn.Module:
+    return SteadyModel(0.03)
+
+
+class InstantDataset(Dataset):
+    """Items made in advance: reading one costs next to nothing."""
+
+    def __init__(self, length: int = 512) -> None:
+        generator = torch.Generator().manual_seed(0)
+        self.inputs = torch.randn(length, FEATURES, generator=generator)
+        self.targets = torch.arange(length) % CLASSES
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.inputs[index], self.targets[index]
+
+
+def instant_dataset() -> Dataset:
+    return InstantDataset()

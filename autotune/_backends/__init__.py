@@ -13,6 +13,7 @@ from typing import Protocol
 
 import optuna
 
+from autotune._bounds import Bounds
 from autotune._options import SearchOptions
 from autotune._placement import Slot
 from autotune._probe import Failure, ProbeRequest
@@ -35,6 +36,9 @@ class ExplorePlan:
     progress: Progress
     fatal: Failure | None = None
     """Set by the backend when every config fails the same way (the user's code is broken)."""
+    bounds: Bounds | None = None
+    """Compute ceilings by batch size, AMP and threads: configs that cannot come near the
+    best are skipped, and exploration stops once the best nears the highest."""
     slots: tuple[Slot, ...] = ()
     """Where trials run, one at a time per slot, as many at once as there are slots (one
     per DDP rank: its GPU and CPU share); empty: the template as it is, one at a time."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import random
 import re
 import shutil
 import threading
@@ -30,10 +31,12 @@ from autotune._backends import ExplorePlan
 from autotune._placement import PLACEMENT, Slot, SlotPool
 from autotune._probe import Failure, Figures, ProbeResult, Window, run_probe
 from autotune._probe._failure import shm_shortfall
+from autotune._progress import format_rate
 from autotune._settings import Settings
 from autotune._space import TrialLike
 from autotune._study import (
     BACKEND,
+    BOUNDED,
     DUPLICATE_OF,
     FAILURE,
     FIGURES,
@@ -52,6 +55,10 @@ FATAL_REPEATS = 3
 MAX_REPEATS = 10
 """Proposals in a row of configs already measured, after which exploration stops."""
 _NOT_THE_USERS_FAULT = ("infeasible", "interrupted")
+_ENUMERABLE = 20_000
+"""Spaces up to this many configs are enumerated to find one not measured yet."""
+PROPOSED_BY = "autotune.proposed_by"
+"""Trial attribute: why autotune queued this config instead of the sampler's proposal."""
 _MAX_TRACEBACK = 20_000
 SHM_DIR = "/dev/shm"
 """Where DataLoader workers hand batches over (POSIX shared memory on Linux)."""
@@ -145,6 +152,7 @@ class TrialRules:
         self.failures: list[Failure] = []
         self.successes = 0
         self.repeats = 0
+        self._rng = random.Random(plan.options.seed)
         self._lock = threading.Lock()
         """Trials end in several threads when the embedded backend runs them in parallel."""
         fail_abandoned(plan.study)
@@ -184,6 +192,15 @@ class TrialRules:
             earlier = self._earlier(settings, trial.number)
             if earlier is not None:
                 return self._repeat(trial, earlier)
+            bounds = self.plan.bounds
+            if bounds is not None:
+                best = best_record(self.plan.study, role="explore")
+                reason = bounds.rules_out(
+                    settings, best.value if best else None, self.plan.options.tolerance
+                )
+                if reason is not None:
+                    trial.set_user_attr(BOUNDED, reason)
+                    return Outcome(TrialState.PRUNED, reason=reason)
         return None
 
     def conclude(self, trial: optuna.Trial, settings: Settings, result: ProbeResult) -> Outcome:
@@ -243,7 +260,7 @@ class TrialRules:
     def _repeat(trial: optuna.Trial, earlier: FrozenTrial) -> Outcome:
         """Reuse an earlier trial's outcome for the same config."""
         trial.set_user_attr(DUPLICATE_OF, earlier.number)
-        for attr in (FIGURES, FAILURE):
+        for attr in (FIGURES, FAILURE, BOUNDED):
             if attr in earlier.user_attrs:
                 trial.set_user_attr(attr, earlier.user_attrs[attr])
         for step, value in sorted(earlier.intermediate_values.items()):
@@ -282,11 +299,16 @@ class TrialRules:
             if len(signatures) == 1:
                 self.plan.fatal = self.failures[0]
                 return True
-        known = record.duplicate_of is not None or (
-            record.failure is not None and record.failure.kind == "infeasible"
+        known = (
+            record.duplicate_of is not None
+            or record.bounded is not None
+            or (record.failure is not None and record.failure.kind == "infeasible")
         )
         self.repeats = self.repeats + 1 if known else 0
-        if self.repeats >= MAX_REPEATS or self._exhausted(study):
+        measured = self._measured(study)
+        if known and len(measured) < self.plan.space.size():
+            self._propose_unmeasured(study, measured)
+        if self.repeats >= MAX_REPEATS or len(measured) >= self.plan.space.size():
             self.plan.progress.message(
                 "every config of the space has been measured; exploration ends early"
                 if self.repeats < MAX_REPEATS
@@ -294,9 +316,38 @@ class TrialRules:
                 "exploration ends early"
             )
             return True
-        return False
+        return self._near_the_ceiling(study)
 
-    def _exhausted(self, study: optuna.Study) -> bool:
+    def _near_the_ceiling(self, study: optuna.Study) -> bool:
+        """Whether the best config is within the finalist band of the highest compute
+        ceiling (after the warm starts have run): no config can do much better."""
+        bounds = self.plan.bounds
+        if bounds is None:
+            return False
+        best = best_record(study, role="explore")
+        if best is None or not bounds.saturated(best.value, self.plan.options.tolerance):
+            return False
+        probed = sum(
+            1
+            for t in study.get_trials(
+                deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)
+            )
+            if t.user_attrs.get(ROLE, "explore") == "explore"
+            and DUPLICATE_OF not in t.user_attrs
+            and BOUNDED not in t.user_attrs
+        )
+        if probed < len(self.plan.warm_starts):
+            return False
+        self.plan.progress.message(
+            f"the best config trains {format_rate(best.value)} samples/s, within "
+            f"{2 * self.plan.options.tolerance:.0%} of the most the model trains with no "
+            f"loader at all ({format_rate(bounds.highest)}): exploration ends early"
+        )
+        return True
+
+    def _measured(self, study: optuna.Study) -> set[str]:
+        """Keys of the space's configs that exploration has settled (measured, pruned,
+        failed for good, or ruled out)."""
         keys = set()
         for trial in study.get_trials(deepcopy=False):
             if trial.user_attrs.get(ROLE, "explore") == "explore" and SETTINGS in trial.user_attrs:
@@ -305,7 +356,30 @@ class TrialRules:
                     settings = Settings.from_dict(trial.user_attrs[SETTINGS])
                     if self.plan.space.contains(settings):
                         keys.add(settings.key())
-        return len(keys) >= self.plan.space.size()
+        return keys
+
+    def _propose_unmeasured(self, study: optuna.Study, measured: set[str]) -> None:
+        """The sampler proposed a config already settled, as TPE does once it has
+        converged on a small discrete space: queue instead an unmeasured neighbour of
+        the best config (or, failing that, any unmeasured config), so the next trial
+        measures something new rather than repeating."""
+        if study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            return  # something new is queued already
+        space = self.plan.space
+        best = best_record(study, role="explore")
+        fresh: list[Settings] = []
+        if best is not None and best.settings is not None and space.contains(best.settings):
+            fresh = [s for s in space.neighbors(best.settings) if s.key() not in measured]
+        if not fresh and space.size() <= _ENUMERABLE:
+            fresh = [s for s in space.configs() if s.key() not in measured]
+            self._rng.shuffle(fresh)
+        bounds = self.plan.bounds
+        if bounds is not None and best is not None:
+            tolerance = self.plan.options.tolerance
+            fresh = [s for s in fresh if bounds.rules_out(s, best.value, tolerance) is None]
+        if fresh:
+            origin = f"neighbour of #{best.number}" if best is not None else "unmeasured"
+            enqueue(study, space.params(fresh[0]), {ROLE: "explore", PROPOSED_BY: origin})
 
 
 def report_windows(trial: optuna.Trial, figures: Figures) -> None:
@@ -375,11 +449,13 @@ class Objective:
             study.stop()
 
 
-def best_record(study: optuna.Study) -> TrialRecord | None:
-    """The fastest measured trial so far (complete or pruned)."""
+def best_record(study: optuna.Study, *, role: str | None = None) -> TrialRecord | None:
+    """The fastest measured trial so far (complete or pruned), of ``role`` if given."""
     best: TrialRecord | None = None
     for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
         record = TrialRecord.from_trial(trial)
+        if role is not None and record.role != role:
+            continue
         if record.value is not None and (best is None or record.value > (best.value or 0)):
             best = record
     return best

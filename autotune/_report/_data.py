@@ -139,11 +139,7 @@ def trial_row(record: TrialRecord) -> list[str]:
     """One trial as table cells, in :data:`TRIAL_COLUMNS` order."""
     s = record.settings
     f = record.figures
-    note = ""
-    if record.failure is not None:
-        note = f"{record.failure.kind}: {record.failure.message}"
-    elif record.duplicate_of is not None:
-        note = f"same config as #{record.duplicate_of}"
+    note = record.note
     if s is None:
         knobs = ["-"] * 8
     else:
