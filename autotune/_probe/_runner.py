@@ -189,6 +189,11 @@ def run_probe(request: ProbeRequest, *, on_window: OnWindow | None = None) -> Pr
     last_heard = time.monotonic()
     try:
         while True:
+            # Checked on every pass, not only when the probe is quiet: a probe whose
+            # windows come faster than the poll would otherwise never be stopped.
+            if watch.exceeded_at is not None:
+                failure = _over_limit(watch)
+                break
             if events.poll(_POLL_SECONDS):
                 try:
                     kind, payload = events.recv()
@@ -218,21 +223,15 @@ def run_probe(request: ProbeRequest, *, on_window: OnWindow | None = None) -> Pr
                 elif kind == "info":
                     info.update(payload)
                 elif kind == "done":
+                    watch.sample()  # what it held at the end counts too
+                    if watch.exceeded_at is not None:
+                        failure = _over_limit(watch)
                     finished = True
                     break
                 elif kind == "error":
                     failure = _worker_oom(payload, kills_before)
                     break
                 continue
-            if watch.exceeded_at is not None:
-                failure = Failure(
-                    kind="oom",
-                    message=(
-                        f"the probe's processes used {_gib(watch.exceeded_at)}, over the "
-                        f"memory limit of {_gib(watch.limit or 0)} (search option memory_limit)"
-                    ),
-                )
-                break
             silent = time.monotonic() - last_heard
             if silent > request.stall_timeout:
                 failure = Failure(kind="timeout", message=_stall_message(startup, request))
@@ -326,6 +325,16 @@ def _remove_shared_memory(pids: list[int]) -> None:
         for path in _SHM_DIR.glob(f"torch_{pid}_*"):
             with contextlib.suppress(OSError):
                 path.unlink()
+
+
+def _over_limit(watch: TreeWatch) -> Failure:
+    return Failure(
+        kind="oom",
+        message=(
+            f"the probe's processes used {_gib(watch.exceeded_at or 0)}, over the "
+            f"memory limit of {_gib(watch.limit or 0)} (search option memory_limit)"
+        ),
+    )
 
 
 def _gib(value: int) -> str:
