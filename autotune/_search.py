@@ -12,34 +12,30 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import optuna
 import psutil
 
 from autotune._backends import Backend, ExplorePlan, get_backend
 from autotune._bounds import measure_bounds
 from autotune._ceilings import Ceilings, measure_ceilings
-from autotune._choose import Candidate, cheapest_within, finalists
+from autotune._compat import check_same_workload, study_meta
+from autotune._confirm import confirm, explored_candidates
 from autotune._ddp import DdpResult, planned_probes, run_ddp_stage
 from autotune._errors import ConfigError, SpaceError, StudyError, WorkloadError
 from autotune._gpu import discover
 from autotune._machine import Machine, detect_machine, usable_cpus
 from autotune._options import SearchOptions
-from autotune._placement import Placement, plan_placement
+from autotune._placement import plan_placement
 from autotune._probe import Failure, ProbeRequest, WorkloadSource, run_probe
 from autotune._probe._runner import refuse_while_bootstrapping
 from autotune._progress import Progress, QuietProgress, format_rate
-from autotune._result import Measurement, SearchResult
+from autotune._result import SearchResult
 from autotune._settings import Settings
 from autotune._space import Space, build_space
 from autotune._study import (
-    GROUP,
     META,
     RESULT,
-    STUDY_FORMAT,
-    TrialRecord,
     open_study,
     read_meta,
-    records,
     resolve,
 )
 from autotune._workload import Workload, ensure_picklable, load_config
@@ -48,8 +44,6 @@ MEMORY_SHARE = 0.8
 """Of the memory available at the start, what a search's trials may use by default."""
 _CEILING_PROBES = 5
 """At most: compute and data of the winner and of the default loader, and the loader limit."""
-_WORKLOAD_IDENTITY = ("dataset_type", "dataset_length", "model_type", "parameters")
-_PLACEMENT_IDENTITY = ("device_type", "ranks", "rank_cpus", "gpus")
 
 
 def search(
@@ -198,9 +192,11 @@ def _run_stages(
 
     progress.phase("preflight", f"one training step of the default loader on {device}")
     info = preflight(single, workload)
-    _check_same_workload(meta, machine, info, path, placement)
+    check_same_workload(meta, machine, info, path, placement)
     if not meta:
-        study.set_user_attr(META, _meta(workload, machine, device, space, options, info, placement))
+        study.set_user_attr(
+            META, study_meta(workload, machine, device, space, options, info, placement)
+        )
     bounds, compute_figures = (
         measure_bounds(single, space, study, progress) if options.bounds else (None, {})
     )
@@ -236,32 +232,16 @@ def _run_stages(
     if plan.fatal is not None:
         raise WorkloadError(_workload_message(workload, plan.fatal, every_config=True))
 
-    explored = _explored(study, space)
+    explored = explored_candidates(study, space)
     if not explored:
         raise WorkloadError(
             f"{workload.origin()}: no config finished a probe; see the failures with "
             f"`autotune show {path}`."
         )
-    chosen = finalists(explored, options.tolerance, options.finalists)
-    progress.phase(
-        "confirm",
-        f"measuring {len(chosen)} finalist(s) and the default loader again, side by side",
+    confirmed = confirm(
+        runner, plan, explored, baseline, progress, later=ddp_probes + ceiling_probes
     )
-    progress.plan("confirm", len(chosen) + 1, None, later=ddp_probes + ceiling_probes)
-    group = runner.measure(
-        plan,
-        [c.settings for c in chosen] + [baseline],
-        ["confirm"] * len(chosen) + ["baseline"],
-    )
-    confirmed, baseline_measured = _group_measurements(study, group)
-    if confirmed:
-        pick = cheapest_within(
-            [Candidate(m.settings, m.samples_per_s) for m in confirmed], options.tolerance
-        )
-        winner = next(m for m in confirmed if m.settings == pick.settings)
-    else:
-        progress.message("no finalist survived re-measuring; choosing from exploration figures")
-        winner = _from_exploration(study, explored, options.tolerance)
+    winner = confirmed.winner
 
     ddp: DdpResult | None = None
     if placement.ranks > 1:
@@ -269,7 +249,7 @@ def _run_stages(
             placement=placement,
             template=template,
             winner=winner,
-            finalists=confirmed,
+            finalists=list(confirmed.finalists),
             info=info,
             options=options,
             progress=progress,
@@ -288,8 +268,8 @@ def _run_stages(
         figures=winner.figures,
         device=device,
         machine=machine,
-        baseline=baseline_measured,
-        finalists=tuple(confirmed),
+        baseline=confirmed.baseline,
+        finalists=confirmed.finalists,
         ceilings=ceilings.winner,
         baseline_ceilings=ceilings.baseline,
         loader_limit=ceilings.loader_limit,
@@ -356,51 +336,6 @@ def warm_starts(
     return tuple({s.key(): s for s in snapped}.values())
 
 
-def _explored(study: optuna.Study, space: Space) -> list[Candidate]:
-    """Exploration measurements of configs in the current space (pruned ones included:
-    a config within noise of the best may have been pruned by one unlucky window)."""
-    candidates = []
-    for record in records(study):
-        if (
-            record.role == "explore"
-            and record.state in ("COMPLETE", "PRUNED")
-            and record.settings is not None
-            and record.value is not None
-            and space.contains(record.settings)
-        ):
-            candidates.append(Candidate(record.settings, record.value))
-    return candidates
-
-
-def _group_measurements(
-    study: optuna.Study, group: str
-) -> tuple[list[Measurement], Measurement | None]:
-    confirmed: list[Measurement] = []
-    baseline: Measurement | None = None
-    for trial in study.get_trials(deepcopy=False):
-        if trial.user_attrs.get(GROUP) != group:
-            continue
-        record = TrialRecord.from_trial(trial)
-        if record.state != "COMPLETE" or record.settings is None or record.figures is None:
-            continue
-        measurement = Measurement(settings=record.settings, figures=record.figures)
-        if record.role == "baseline":
-            baseline = measurement
-        else:
-            confirmed.append(measurement)
-    return confirmed, baseline
-
-
-def _from_exploration(
-    study: optuna.Study, explored: list[Candidate], tolerance: float
-) -> Measurement:
-    pick = cheapest_within(explored, tolerance)
-    for record in records(study):
-        if record.settings == pick.settings and record.figures is not None:
-            return Measurement(settings=record.settings, figures=record.figures)
-    raise WorkloadError("no measured config to choose from")  # unreachable: explored has one
-
-
 # --------------------------------------------------------------------- helpers
 def _source(workload: Workload) -> WorkloadSource:
     if workload.config_path is not None:
@@ -429,67 +364,6 @@ def _workload_message(workload: Workload, failure: Failure, *, every_config: boo
         hint = " (if the model takes several inputs, define step(model, batch) in the config)"
     lead = "every config failed the same way: " if every_config else ""
     return f"{where}: {lead}{piece}{failure.message}{hint}"
-
-
-def _meta(
-    workload: Workload,
-    machine: Machine,
-    device: str,
-    space: Space,
-    options: SearchOptions,
-    info: Mapping[str, Any],
-    placement: Placement,
-) -> dict[str, Any]:
-    return {
-        "placement": placement.to_dict(),
-        "format": STUDY_FORMAT,
-        "config": workload.config_path,
-        "workload_name": workload.name,
-        "batch_size": workload.batch_size,
-        "device": device,
-        "machine": machine.to_dict(),
-        "workload": dict(info),
-        "space": space.to_dict(),
-        "options": {k: v for k, v in dataclasses.asdict(options).items() if k != "study"},
-    }
-
-
-def _check_same_workload(
-    meta: Mapping[str, Any],
-    machine: Machine,
-    info: Mapping[str, Any],
-    path: Path,
-    placement: Placement,
-) -> None:
-    """A study's figures only compare with new ones for the same workload, machine and
-    placement (ranks, devices, CPUs per rank)."""
-    if not meta:
-        return
-    was, now = meta.get("placement"), placement.to_dict()
-    if was is not None and any(was.get(k) != now[k] for k in _PLACEMENT_IDENTITY):
-        raise StudyError(
-            f"study {path} was measured with {was['ranks']} rank(s) of {was['rank_cpus']} "
-            f"CPU(s) on {was['gpus'] or was['device_type']}; this search runs "
-            f"{now['ranks']} of {now['rank_cpus']} on {now['gpus'] or now['device_type']}, "
-            "so the figures would not compare. Give another --study name."
-        )
-    before = meta.get("workload", {})
-    changed = [
-        f"{key} {before.get(key)!r} -> {info.get(key)!r}"
-        for key in _WORKLOAD_IDENTITY
-        if key in before and before.get(key) != info.get(key)
-    ]
-    if changed:
-        raise StudyError(
-            f"study {path} was tuned on another workload ({'; '.join(changed)}); its figures "
-            "would not compare. Give another --study name."
-        )
-    differences = Machine.from_dict(meta.get("machine", {})).differences(machine)
-    if differences:
-        raise StudyError(
-            f"study {path} was measured on another machine ({'; '.join(differences)}); its "
-            "figures would not compare. Give another --study name."
-        )
 
 
 def _summary(result: SearchResult) -> str:

@@ -20,13 +20,9 @@ import optuna
 from optuna.exceptions import ExperimentalWarning
 
 from autotune._backends import ExplorePlan
-from autotune._backends._objective import (
-    Objective,
-    TrialFailed,
-    enqueue_warm_starts,
-    group_attrs,
-    run_fixed,
-)
+from autotune._backends._objective import Objective, run_fixed
+from autotune._backends._rules import TrialFailed
+from autotune._backends._trials import enqueue_warm_starts, group_attrs
 from autotune._settings import Settings
 from autotune._study import quiet_optuna
 

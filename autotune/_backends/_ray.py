@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from autotune._backends import ExplorePlan
-from autotune._backends._objective import enqueue_group, enqueue_warm_starts
 from autotune._backends._ray_trial import TrialSpec, run_trial
+from autotune._backends._trials import enqueue_group, enqueue_warm_starts
 from autotune._errors import ConfigError, MissingExtraError
 from autotune._settings import Settings
 from autotune._study import quiet_optuna

@@ -33,8 +33,9 @@ from ray.tune.stopper import Stopper
 
 from autotune._backends import ExplorePlan
 from autotune._backends._embedded import sampler
-from autotune._backends._objective import Outcome, TrialRules, report_windows
 from autotune._backends._ray_trial import METRIC, NUMBER_KEY, SETTINGS_KEY, TIME_ATTR
+from autotune._backends._rules import Outcome, TrialRules
+from autotune._backends._trials import report_windows
 from autotune._probe import Failure, Figures, ProbeResult, Window
 from autotune._settings import Settings
 from autotune._study import NODE
