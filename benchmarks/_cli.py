@@ -105,6 +105,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     clock = _Clock()
     started = datetime.datetime.now()
     sections: list[dict[str, Any]] = []
+    summary = None if args.no_summary else args.summary
+
+    def write() -> tuple[Path, Path]:
+        results = {
+            "format": FORMAT,
+            "date": started.strftime("%Y-%m-%d"),
+            "started": started.isoformat(timespec="seconds"),
+            "host": _host(),
+            "mode": profile.name,
+            "profile": dataclasses.asdict(profile),
+            "seed": args.seed,
+            "commit": _git("rev-parse", "HEAD"),
+            "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+            "machine": machine.to_dict(),
+            "versions": {
+                "autotune": autotune.__version__,
+                "torch": torch.__version__,
+                "optuna": optuna.__version__,
+                "python": platform.python_version(),
+            },
+            "wall_s": time.monotonic() - clock.began,
+            "workloads": sections,
+        }
+        return _report.write(results, args.out, summary)
+
     try:
         for workload in workloads:
             clock.prefix = f"{workload.name}: "
@@ -115,32 +140,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 section = {"name": workload.name, "error": f"{type(error).__name__}: {error}"}
             sections.append(section)
             print(_report.text_table(section), flush=True)
+            write()  # after every workload: a run cut short keeps what it measured
     finally:
         clock.prefix = ""
         if not args.keep_data:
             _cleanup(workloads)
-    results = {
-        "format": FORMAT,
-        "date": started.strftime("%Y-%m-%d"),
-        "started": started.isoformat(timespec="seconds"),
-        "host": _host(),
-        "mode": profile.name,
-        "profile": dataclasses.asdict(profile),
-        "seed": args.seed,
-        "commit": _git("rev-parse", "HEAD"),
-        "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
-        "machine": machine.to_dict(),
-        "versions": {
-            "autotune": autotune.__version__,
-            "torch": torch.__version__,
-            "optuna": optuna.__version__,
-            "python": platform.python_version(),
-        },
-        "wall_s": time.monotonic() - clock.began,
-        "workloads": sections,
-    }
-    summary = None if args.no_summary else args.summary
-    json_path, md_path = _report.write(results, args.out, summary)
+    json_path, md_path = write()
     clock.say(f"results: {json_path} and {md_path}" + (f"; {summary}" if summary else ""))
     return 1 if any("error" in s for s in sections) else 0
 
