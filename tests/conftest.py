@@ -11,6 +11,7 @@ import multiprocessing.util
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
 import textwrap
@@ -31,6 +32,11 @@ SESSION_TAG = "AUTOTUNE_TEST_SESSION"
 (probes, workers, the CLI in a subprocess), so that one left behind is found even after
 its parent died and it was adopted by init."""
 os.environ[SESSION_TAG] = uuid.uuid4().hex
+# A shell without job control starts background commands (`pytest &`, nohup) with SIGINT
+# ignored, and Python then never raises KeyboardInterrupt; the Ctrl-C tests need Ctrl-C.
+# A handled signal is reset to its default in exec'd children, so the CLI runs get it too.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 SHM = Path("/dev/shm")
 
 QUICK = {

@@ -41,7 +41,7 @@ def test_cuda_out_of_memory_is_recorded_as_out_of_memory() -> None:
 
 def test_the_memory_limit_stops_a_probe_that_grows() -> None:
     result = probe(workloads.BatchMemoryModel(mib=32), batch_size=16, memory_limit=500 * 2**20)
-    assert result.failure is not None
+    assert result.failure is not None, result.figures
     assert result.failure.kind == "oom"
     assert "over the memory limit of 0.49 GiB (search option memory_limit)" in (
         result.failure.message

@@ -205,6 +205,9 @@ def run_probe(request: ProbeRequest, *, on_window: OnWindow | None = None) -> Pr
                 if kind == "ready":
                     startup = float(payload["startup_s"])
                 elif kind == "window":
+                    # Sampled at every window as well as in the background: a probe that
+                    # holds too much while it measures is seen even if the sampler is late.
+                    watch.sample()
                     windows.append(payload)
                     now = time.monotonic()
                     span[:] = [span[0] if span else now - payload.seconds, now]
@@ -223,7 +226,6 @@ def run_probe(request: ProbeRequest, *, on_window: OnWindow | None = None) -> Pr
                 elif kind == "info":
                     info.update(payload)
                 elif kind == "done":
-                    watch.sample()  # what it held at the end counts too
                     if watch.exceeded_at is not None:
                         failure = _over_limit(watch)
                     finished = True
