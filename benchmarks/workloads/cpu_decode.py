@@ -12,8 +12,8 @@ each other.
     autotune search benchmarks/workloads/cpu_decode.py
 """
 
-import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -23,6 +23,9 @@ from PIL import Image
 from torch import nn
 from torch.utils.data import Dataset
 
+sys.path.insert(0, str(Path(__file__).parent))
+from _data import data_root
+
 ITEMS = 1024
 SIZE = 320
 CROP = 64
@@ -30,15 +33,6 @@ QUALITY = 90
 CLASSES = 10
 batch_size = 32
 _NAME = f"jpeg-{ITEMS}x{SIZE}-q{QUALITY}"
-
-
-def data_root() -> Path:
-    """Where the benchmark workloads keep their files: $AUTOTUNE_BENCH_DATA, or a
-    per-user folder in the system's temporary directory."""
-    explicit = os.environ.get("AUTOTUNE_BENCH_DATA")
-    if explicit:
-        return Path(explicit)
-    return Path(tempfile.gettempdir()) / f"autotune-bench-{os.getuid()}"
 
 
 def _image(index: int, grain: np.ndarray) -> Image.Image:

@@ -22,6 +22,7 @@ strategies, to show how much the access order is worth.
 """
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -31,21 +32,15 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
+sys.path.insert(0, str(Path(__file__).parent))
+from _data import data_root
+
 ITEMS = 16384
 CHUNK = 128
 SHAPE = (3, 32, 32)
 CLASSES = 10
 batch_size = 32
 _NAME = f"images-{ITEMS}-chunk{CHUNK}.h5"
-
-
-def data_root() -> Path:
-    """Where the benchmark workloads keep their files: $AUTOTUNE_BENCH_DATA, or a
-    per-user folder in the system's temporary directory."""
-    explicit = os.environ.get("AUTOTUNE_BENCH_DATA")
-    if explicit:
-        return Path(explicit)
-    return Path(tempfile.gettempdir()) / f"autotune-bench-{os.getuid()}"
 
 
 def _images(start: int, count: int) -> np.ndarray:
