@@ -56,32 +56,40 @@ class RaisingDataset(SleepyDataset):
         return super().__getitem__(index)
 
 
-class FailingAfterDataset(SleepyDataset):
-    """Raises once ``after`` items have been read by this process (passes a preflight)."""
+class _CountingDataset(SleepyDataset):
+    """Counts the items this process has read; ``past_limit()`` is true once more than
+    ``after`` were."""
 
-    def __init__(self, after: int = 8) -> None:
+    def __init__(self, after: int) -> None:
         super().__init__(256)
         self.after = after
         self.read = 0
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+    def past_limit(self) -> bool:
         self.read += 1
-        if self.read > self.after:
+        return self.read > self.after
+
+
+class FailingAfterDataset(_CountingDataset):
+    """Raises once ``after`` items have been read by this process (passes a preflight)."""
+
+    def __init__(self, after: int = 8) -> None:
+        super().__init__(after)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        if self.past_limit():
             raise ValueError(f"corrupt record {index}")
         return super().__getitem__(index)
 
 
-class HangingDataset(SleepyDataset):
+class HangingDataset(_CountingDataset):
     """Hangs forever once ``after`` items have been read by this process."""
 
     def __init__(self, after: int = 0) -> None:
-        super().__init__(256)
-        self.after = after
-        self.read = 0
+        super().__init__(after)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        self.read += 1
-        if self.read > self.after:
+        if self.past_limit():
             time.sleep(3600)
         return super().__getitem__(index)
 
