@@ -14,6 +14,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune._backends import ExplorePlan
 from autotune._backends._rules import TrialFailed, TrialRules
+from autotune._backends._trials import fixed_trial
 from autotune._placement import PLACEMENT, Slot, SlotPool
 from autotune._probe import Failure, Figures, ProbeResult, Window, run_probe
 from autotune._settings import Settings
@@ -80,15 +81,9 @@ class Objective:
 
 
 def run_fixed(study: optuna.Study, objective: Objective, attrs: dict[str, Any]) -> None:
-    """Run one trial with given attributes (a config to measure) as its own trial.
-
-    Not through Optuna's queue of waiting trials: any search on the same study
-    pops from that queue, so a finalist queued by one search could be measured
-    by another one, and missed by the search that wanted it.
-    """
-    template = optuna.trial.create_trial(state=TrialState.RUNNING, user_attrs=attrs)
-    trial_id = study._storage.create_new_trial(study._study_id, template_trial=template)
-    trial = optuna.Trial(study, trial_id)
+    """Run one trial with given attributes (a config to measure) as its own trial, not
+    through Optuna's queue (see :func:`fixed_trial`)."""
+    trial = fixed_trial(study, attrs)
     try:
         value = objective(trial)
     except TrialFailed:
@@ -100,4 +95,4 @@ def run_fixed(study: optuna.Study, objective: Objective, attrs: dict[str, Any]) 
         raise
     else:
         study.tell(trial, value)
-    objective.after(study, study._storage.get_trial(trial_id))
+    objective.after(study, study._storage.get_trial(trial._trial_id))

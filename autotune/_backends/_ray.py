@@ -35,7 +35,7 @@ from typing import Any
 
 from autotune._backends import ExplorePlan
 from autotune._backends._ray_trial import TrialSpec, run_trial
-from autotune._backends._trials import enqueue_group, enqueue_warm_starts
+from autotune._backends._trials import enqueue_warm_starts, group_attrs
 from autotune._errors import ConfigError, MissingExtraError
 from autotune._settings import Settings
 from autotune._study import quiet_optuna
@@ -222,8 +222,8 @@ class RayBackend:
 
     def measure(self, plan: ExplorePlan, settings: list[Settings], roles: list[str]) -> str:
         session, resources = self._start(plan)
-        group = enqueue_group(plan.study, settings, roles)
-        self._run(plan, session, resources, exploring=False, count=len(settings))
+        group, attrs = group_attrs(settings, roles)
+        self._run(plan, session, resources, exploring=False, count=len(settings), fixed=attrs)
         return group
 
     def close(self) -> None:
@@ -239,6 +239,7 @@ class RayBackend:
         *,
         exploring: bool,
         count: int,
+        fixed: list[dict[str, Any]] | None = None,
     ) -> None:
         from ray import tune
         from ray.tune.schedulers import FIFOScheduler
@@ -257,6 +258,7 @@ class RayBackend:
             exploring=exploring,
             count=count,
             timeout=plan.options.timeout if exploring else None,
+            fixed=fixed,
         )
         scheduler = (
             PruningASHA(

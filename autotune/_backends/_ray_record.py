@@ -35,7 +35,7 @@ from autotune._backends import ExplorePlan
 from autotune._backends._embedded import sampler
 from autotune._backends._ray_trial import METRIC, NUMBER_KEY, SETTINGS_KEY, TIME_ATTR
 from autotune._backends._rules import Outcome, TrialRules
-from autotune._backends._trials import report_windows
+from autotune._backends._trials import fixed_trial, report_windows
 from autotune._probe import Failure, Figures, ProbeResult, Window
 from autotune._settings import Settings
 from autotune._study import NODE
@@ -66,8 +66,12 @@ class TrialBook:
         exploring: bool,
         count: int,
         timeout: float | None,
+        fixed: list[dict[str, Any]] | None = None,
     ) -> None:
         self.plan = plan
+        self.fixed = list(fixed or [])
+        """The attributes of the trials to run, in order, when this run measures given
+        configs (a confirming round) rather than asking the sampler."""
         self.rules = TrialRules(plan, exploring=exploring, backend="ray")
         self.count = count
         self.deadline = None if timeout is None else time.monotonic() + timeout
@@ -229,6 +233,12 @@ class StudySearch(OptunaSearch):
                 # Trials asked outside Study.optimize get no heartbeat; the driver tells
                 # every one of them before it ends, even on Ctrl-C.
                 warnings.filterwarnings("ignore", message=".*Heartbeat of storage.*")
+                if self.book.fixed and trial_id not in self._ot_trials:
+                    # A config to measure: its trial made here, which OptunaSearch then
+                    # uses instead of asking the study's queue.
+                    self._ot_trials[trial_id] = fixed_trial(
+                        self.book.plan.study, self.book.fixed.pop(0)
+                    )
                 config = super().suggest(trial_id)
             if config is None:
                 return None

@@ -58,9 +58,12 @@ def group_attrs(settings: list[Settings], roles: list[str]) -> tuple[str, list[d
     return group, attrs
 
 
-def enqueue_group(study: optuna.Study, settings: list[Settings], roles: list[str]) -> str:
-    """Queue configs to measure fully, tagged with a new group id; returns the id."""
-    group, attrs = group_attrs(settings, roles)
-    for trial_attrs in attrs:
-        enqueue(study, {}, trial_attrs)
-    return group
+def fixed_trial(study: optuna.Study, attrs: dict[str, Any]) -> optuna.Trial:
+    """A new running trial with given attributes (a config to measure), made directly
+    rather than through Optuna's queue of waiting trials: any search on the same study
+    pops from that queue (a concurrent one, or this one's next stage finding a config
+    its exploration queued but did not reach), so a finalist queued there could be
+    measured by the wrong search or stage, and missed by the one that wanted it."""
+    template = optuna.trial.create_trial(state=TrialState.RUNNING, user_attrs=attrs)
+    trial_id = study._storage.create_new_trial(study._study_id, template_trial=template)
+    return optuna.Trial(study, trial_id)
