@@ -55,7 +55,8 @@ def test_a_search_skips_what_cannot_win_and_stops_near_the_ceiling(workdir) -> N
         model=workloads.steady_model,
         batch_size=64,
         space={"batch_size": [4, 64], "threads": 1, "amp": "off", "num_workers": [0, 1, 2]},
-        **quick(trials=20, seed=0, bounds=True, window_seconds=0.2),
+        # A wide tolerance: "near the ceiling" then holds on a busy machine too.
+        **quick(trials=20, seed=0, bounds=True, window_seconds=0.2, tolerance=0.1),
     )
     assert result.settings.batch_size == 64
     study = optuna.load_study(study_name="workload", storage="sqlite:///studies/workload.db")

@@ -13,14 +13,15 @@ from autotune._settings import Settings
 
 
 def test_known_per_item_cost_gives_the_expected_throughput() -> None:
-    # 10 ms per item, no workers: about 100 samples/s, nearly all of it waiting for data.
-    result = run_probe(request(workloads.SleepyDataset(delay=0.01)))
+    # 30 ms per item, no workers: at most 33 samples/s, nearly all of it waiting for data.
+    # (Long enough per item that a step's own work, slower on a busy machine, stays small.)
+    result = run_probe(request(workloads.SleepyDataset(delay=0.03)))
     assert result.ok, result.failure
     figures = result.figures
     assert len(figures.windows) == 3
-    assert 70 < figures.samples_per_s < 105
+    assert 22 < figures.samples_per_s < 34.5
     assert figures.fresh_per_s == pytest.approx(figures.samples_per_s)
-    assert figures.wait_fraction > 0.8
+    assert figures.wait_fraction > 0.7
     assert figures.startup_s is not None and 0.03 < figures.startup_s < 5
     assert figures.peak_memory_bytes and figures.peak_memory_bytes > 10 * 2**20
 
