@@ -142,6 +142,9 @@ def markdown(results: Mapping[str, Any], json_name: str) -> str:
     ]
     if results["mode"] == "quick":
         lines += [f"> {QUICK_NOTE}", ""]
+    # What a person running the suite wrote about the run (how it was made, what disturbed it).
+    for note in results.get("notes", []):
+        lines += [f"> {note}", ""]
     lines += ["## Targets", ""]
     lines += _verdict_summary(results["workloads"])
     for section in results["workloads"]:
@@ -150,6 +153,8 @@ def markdown(results: Mapping[str, Any], json_name: str) -> str:
             lines.append(f"FAILED: {section['error']}")
             continue
         lines += [_title(section) + ".", ""]
+        if section.get("note"):
+            lines += [f"> {section['note']}", ""]
         body = [_cells(row) for row in section["strategies"]] + _extra_rows(section)
         lines += _markdown_table([label for _, label in COLUMNS], body)
         lines.append("")

@@ -227,7 +227,11 @@ def test_reports_show_every_strategy_and_verdict(tmp_path: Path) -> None:
         "seed": 0,
         "profile": {"rounds": 3, "window_seconds": 0.25},
         "wall_s": 60.0,
-        "workloads": [section, {"name": "cpu-decode", "error": "RuntimeError: broken"}],
+        "workloads": [
+            {**section, "note": "measured while a test run shared the CPUs"},
+            {"name": "cpu-decode", "error": "RuntimeError: broken"},
+        ],
+        "notes": ["two runs merged"],
     }
     json_path, md_path = _report.write(results, tmp_path / "results", tmp_path / "RESULTS.md")
     assert json_path.name == "2026-01-02-box.json"
@@ -235,6 +239,7 @@ def test_reports_show_every_strategy_and_verdict(tmp_path: Path) -> None:
     page = (tmp_path / "RESULTS.md").read_text()
     assert "(results/2026-01-02-box.json)" in page
     assert "| io-bound | PASS 0.990 |" in page and "FAILED: RuntimeError: broken" in page
+    assert "> two runs merged" in page and "> measured while a test run shared the CPUs" in page
     assert md_path.read_text().startswith("# Benchmark results: 2026-01-02, box (quick mode)")
 
 
