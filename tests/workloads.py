@@ -208,17 +208,14 @@ class DyingWorkerDataset(SleepyDataset):
         return super().__getitem__(index)
 
 
-class SegfaultDataset(SleepyDataset):
+class SegfaultDataset(_CountingDataset):
     """Crashes (SIGSEGV) whatever process reads it, after ``after`` items."""
 
     def __init__(self, after: int = 0) -> None:
-        super().__init__(256)
-        self.after = after
-        self.read = 0
+        super().__init__(after)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        self.read += 1
-        if self.read > self.after:
+        if self.past_limit():
             _segfault()
         return super().__getitem__(index)
 
