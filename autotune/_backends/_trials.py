@@ -1,5 +1,6 @@
 """Helpers on a study's trials that every backend shares: the best so far, the
-windows reported as intermediate values, and configs queued to run next."""
+windows reported as intermediate values, configs queued to run next, and trials
+made directly for configs to measure now."""
 
 from __future__ import annotations
 
