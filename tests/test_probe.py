@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 import pytest
 import workloads
 from faults import probe_request as request
 
 from autotune._probe import run_probe
+from autotune._probe._child import hold_batches
 from autotune._settings import Settings
 
 
@@ -79,6 +81,42 @@ def test_stopping_after_the_first_window_prunes_the_probe() -> None:
     assert so_far.windows == result.figures.windows
     assert so_far.startup_s == result.figures.startup_s is not None
     assert so_far.peak_memory_bytes and so_far.wall_s > 0
+
+
+def test_compute_mode_trains_on_held_batches_with_no_worker_alive() -> None:
+    # 50 ms an item: the loader alone delivers about 80 samples/s. The model alone, on
+    # batches held in memory, trains far faster, and the workers that filled them
+    # (persistent ones too) are gone before it is measured: AloneModel raises otherwise.
+    settings = Settings(batch_size=4, num_workers=2, prefetch_factor=2, persistent_workers=True)
+    result = run_probe(
+        request(
+            workloads.SleepyDataset(delay=0.05),
+            model=workloads.AloneModel,
+            settings=settings,
+            mode="compute",
+        )
+    )
+    assert result.ok, result.failure
+    assert result.figures.samples_per_s > 1000
+    assert result.figures.wait_fraction < 0.05
+
+
+def test_a_compute_probe_holds_fewer_batches_of_a_slow_dataset() -> None:
+    now = [0.0]
+
+    def loading(seconds: float) -> Callable[[], object]:
+        def fetch() -> object:
+            now[0] += seconds
+            return object()
+
+        return fetch
+
+    def clock() -> float:
+        return now[0]
+
+    assert len(hold_batches(loading(0.001), clock)) == 8  # the most
+    assert len(hold_batches(loading(0.2), clock)) == 3  # 0.6 s of loading: stop
+    assert len(hold_batches(loading(2.0), clock)) == 2  # the fewest, however slow
 
 
 def test_check_mode_describes_the_workload() -> None:

@@ -7,6 +7,7 @@ import os
 import signal
 import time
 
+import psutil
 import torch
 from torch import nn
 from torch.utils.data import Dataset, IterableDataset
@@ -315,6 +316,21 @@ class SteadyModel(nn.Module):
 
 def steady_model() -> nn.Module:
     return SteadyModel(0.03)
+
+
+class AloneModel(nn.Module):
+    """A linear model that raises if its process has any child (a loader worker) alive
+    when it trains: for probes that must measure the model alone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(FEATURES, CLASSES)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        children = psutil.Process().children()
+        if children:
+            raise RuntimeError(f"{len(children)} loader worker(s) alive while training")
+        return self.linear(inputs)
 
 
 class InstantDataset(Dataset):

@@ -53,7 +53,11 @@ from autotune._settings import Settings
 from autotune._workload import Workload, load_config
 
 Send = Callable[[tuple[str, Any]], None]
-_COMPUTE_BATCHES = 8
+_HELD_BATCHES = (2, 8)
+"""Batches a compute probe holds in memory and trains on in turn: at least, at most."""
+_HOLDING_SECONDS = 0.5
+"""Past this much loading, a compute probe holds what it has (at least the minimum):
+a slow dataset would otherwise cost more to sample than the model costs to measure."""
 
 
 def child_main(request: ProbeRequest, events: Connection, control: Connection) -> None:
@@ -127,6 +131,10 @@ class BatchStream:
                 except StopIteration:
                     raise ContractError("the dataset yielded no batches") from None
 
+    def close(self) -> None:
+        """End the epoch under way: a non-persistent loader's workers exit now."""
+        self.iterator = None
+
 
 def _seed(seed: int) -> None:
     random.seed(seed)
@@ -156,7 +164,12 @@ def _run(request: ProbeRequest, send: Send, stop: threading.Event) -> None:
     if workload.collate_fn is not None:
         overrides["collate_fn"] = workload.collate_fn
     # Echo is applied by the measuring loop, so that it can count fresh samples.
-    loader = build_loader(dataset, _without_echo(settings), seed=request.seed, **overrides)
+    loading = _without_echo(settings)
+    if request.mode == "compute":
+        # The loader only fills the batches held in memory; its workers must be gone
+        # (not prefetching) before the model is measured.
+        loading = dataclasses.replace(loading, persistent_workers=False)
+    loader = build_loader(dataset, loading, seed=request.seed, **overrides)
     stream = BatchStream(loader, data_piece)
     non_blocking = settings.pin_memory and device.type == "cuda"
 
@@ -176,7 +189,8 @@ def _run(request: ProbeRequest, send: Send, stop: threading.Event) -> None:
         _check(workload, dataset, trainer, stream, device, send)
         return
     if request.mode == "compute":
-        held = [to_device(stream.next(), device, False) for _ in range(_COMPUTE_BATCHES)]
+        held = hold_batches(lambda: to_device(stream.next(), device, False))
+        stream.close()
         cycle = iter(_forever(held))
         _measure(request, send, stop, fetch=lambda: next(cycle), work=trainer.step, echo=1)
         return
@@ -188,6 +202,19 @@ def _run(request: ProbeRequest, send: Send, stop: threading.Event) -> None:
         work=trainer.step,
         echo=settings.echo,
     )
+
+
+def hold_batches(
+    fetch: Callable[[], Any], clock: Callable[[], float] = time.perf_counter
+) -> list[Any]:
+    """Batches for a compute probe, as many as :data:`_HELD_BATCHES` and
+    :data:`_HOLDING_SECONDS` allow."""
+    fewest, most = _HELD_BATCHES
+    began = clock()
+    held = [fetch()]
+    while len(held) < most and (len(held) < fewest or clock() - began < _HOLDING_SECONDS):
+        held.append(fetch())
+    return held
 
 
 def _forever(items: list[Any]) -> Any:
