@@ -66,10 +66,14 @@ def measure_ceilings(
     cpus: int,
     progress: Progress,
     known_compute: Mapping[str, Figures] | None = None,
+    default_threads: int | None = None,
 ) -> Ceilings:
     """Run the ceiling probes; a failed one is left out and said so. Compute ceilings
-    already measured (by the bounds stage, keyed by :func:`compute_key`) are reused."""
+    already measured (by the bounds stage, keyed by :func:`compute_key`) are reused;
+    ``default_threads``, the torch threads a probe without a thread setting runs (as
+    the preflight found), lets the default loader's reuse one measured with that many."""
     limit = limit_settings(winner, cpus)
+    known = known_compute or {}
     # A ceiling is one reference figure, not a comparison between close configs: a
     # third of a trial's windows (at least 3) measures it well enough, for a third of
     # the time.
@@ -83,8 +87,13 @@ def measure_ceilings(
     ]
     measured: dict[Hashable, Figures | None] = {}
     for _, mode, settings in jobs:
-        if mode == "compute" and compute_key(settings) in (known_compute or {}):
-            measured[_key(mode, settings)] = (known_compute or {})[compute_key(settings)]
+        if mode != "compute":
+            continue
+        explicit = settings
+        if settings.threads is None and default_threads is not None:
+            explicit = dataclasses.replace(settings, threads=default_threads)
+        if compute_key(explicit) in known:
+            measured[_key(mode, settings)] = known[compute_key(explicit)]
     distinct = len({_key(mode, settings) for _, mode, settings in jobs} - set(measured))
     progress.phase(
         "ceilings",

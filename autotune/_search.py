@@ -258,7 +258,13 @@ def _run_stages(
         )
     ceilings = (
         measure_ceilings(
-            single, winner.settings, baseline, placement.rank_cpus, progress, compute_figures
+            single,
+            winner.settings,
+            baseline,
+            placement.rank_cpus,
+            progress,
+            compute_figures,
+            default_threads=info.get("torch_threads"),
         )
         if options.ceilings
         else Ceilings(winner={}, baseline={}, loader_limit=None)

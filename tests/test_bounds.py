@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import optuna
 import workloads
 from conftest import quick
@@ -99,3 +101,22 @@ def test_a_resumed_search_reuses_the_ceilings(workdir) -> None:
     autotune.search(**kwargs, **options, progress=watcher)
     assert "bounds" not in watcher.seen and "explore" in watcher.seen
     assert study.user_attrs[COMPUTE_CEILINGS] == first
+
+
+def test_the_default_loader_reuses_the_compute_ceiling_the_bounds_measured(workdir) -> None:
+    # A probe with no thread setting runs a thread per CPU of its share: the default
+    # loader's compute ceiling is then the one the bounds measured with that many.
+    threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    result = autotune.search(
+        dataset=workloads.instant_dataset,
+        model=workloads.steady_model,
+        batch_size=64,
+        space={"batch_size": [64], "threads": threads, "amp": "off", "num_workers": [0, 1]},
+        **quick(trials=2, seed=0, bounds=True, ceilings=True),
+    )
+    assert result.workload["torch_threads"] == threads
+    study = optuna.load_study(study_name="workload", storage="sqlite:///studies/workload.db")
+    bounds = study.user_attrs[COMPUTE_CEILINGS]
+    assert set(bounds) == {f"batch=64 amp=off threads={threads}"}
+    measured = bounds[f"batch=64 amp=off threads={threads}"]["samples_per_s"]
+    assert result.baseline_ceilings["compute"].samples_per_s == measured
