@@ -38,6 +38,8 @@ class Measured:
     """Wall time of the probe, process start to end."""
     wait_fraction: float = 0.0
     window_spread: float = 0.0
+    cpu_busy: float | None = None
+    """Mean share (0-1) of the probe's CPUs that were busy over its windows, if known."""
     failure: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -49,6 +51,7 @@ class Measured:
             "wall_s": self.wall_s,
             "wait_fraction": self.wait_fraction,
             "window_spread": self.window_spread,
+            "cpu_busy": self.cpu_busy,
             "failure": self.failure,
         }
 
@@ -104,6 +107,7 @@ class Harness:
         result = run_probe(dataclasses.replace(self.template, settings=settings, mode=mode))
         wall = time.perf_counter() - began
         figures = result.figures
+        cpu_percent = figures.monitor.cpu_mean_percent if figures.monitor else None
         measured = Measured(
             settings=settings,
             mode=mode,
@@ -111,6 +115,7 @@ class Harness:
             wall_s=wall,
             wait_fraction=figures.wait_fraction,
             window_spread=figures.window_spread,
+            cpu_busy=None if cpu_percent is None else cpu_percent / 100,
             failure=None if result.failure is None else result.failure.message,
         )
         self.probes += 1

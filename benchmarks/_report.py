@@ -108,8 +108,26 @@ def text_table(section: Mapping[str, Any]) -> str:
     lines = [_title(section), line(header), line(["-" * w for w in widths])]
     lines += [line(cells) for cells in body]
     lines.append(f"ceiling = min(compute, data) = {_rate(section['ceilings']['min'])} samples/s")
+    shared = _shared_cpu_line(section)
+    if shared:
+        lines.append(shared)
     lines += ["  " + _verdict_line(v) for v in section["verdicts"]]
     return "\n".join(lines) + "\n"
+
+
+def _shared_cpu_line(section: Mapping[str, Any]) -> str:
+    """What loader and model can train together on shared CPUs, where that is below the
+    ceiling (see benchmarks._verdicts.shared_cpu_limit); empty otherwise."""
+    ceilings = section["ceilings"]
+    shared = ceilings.get("shared_cpu")
+    if shared is None or shared >= ceilings["min"]:
+        return ""
+    compute, data = ceilings["compute"], ceilings["data"]
+    return (
+        f"Sharing the CPUs: alone, the compute ceiling kept them {compute['cpu_busy']:.0%} busy "
+        f"and the data ceiling {data['cpu_busy']:.0%}; a sample's CPU time to load plus to "
+        f"train allows at most about {_rate(shared)} samples/s with both on the same CPUs."
+    )
 
 
 def _verdict_line(verdict: Mapping[str, Any]) -> str:
@@ -161,6 +179,9 @@ def markdown(results: Mapping[str, Any], json_name: str) -> str:
         lines.append(
             f"Ceiling = min(compute, data) = {_rate(section['ceilings']['min'])} samples/s."
         )
+        shared = _shared_cpu_line(section)
+        if shared:
+            lines.append(shared)
         for reference in section["references"]:
             lines.append(f"({reference['label']}): {reference['note']}.")
         lines.append("")

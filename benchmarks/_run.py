@@ -33,7 +33,7 @@ from benchmarks._strategies import (
     oracle,
     rule_of_thumb,
 )
-from benchmarks._verdicts import CLEAR_MARGIN, judge
+from benchmarks._verdicts import CLEAR_MARGIN, judge, shared_cpu_limit
 from benchmarks._workloads import BenchWorkload, Profile
 
 Say = Callable[[str], None]
@@ -158,12 +158,19 @@ def run_workload(
     by_label = {entry.label: rounds[entry.key()] for entry in entries}
     medians = {label: median(values) for label, values in by_label.items()}
     ceiling = min(medians["compute ceiling"], medians["data ceiling"])
+    shared = shared_cpu_limit(
+        medians["compute ceiling"],
+        ceilings.best_compute.cpu_busy,
+        medians["data ceiling"],
+        ceilings.best_data.cpu_busy,
+    )
 
     verdicts = judge(
         {name: medians[name] for name in STRATEGIES},
         {name: choices[name].search_s for name in STRATEGIES},
         ceiling,
         must_beat_baselines=workload.must_beat_baselines,
+        shared=shared,
     )
     for verdict in verdicts:
         say(verdict.line())
@@ -182,6 +189,7 @@ def run_workload(
             ),
             "data": _ceiling(ceilings.best_data, by_label["data ceiling"], ceilings.data),
             "min": ceiling,
+            "shared_cpu": shared,
         },
         "references": [
             {
@@ -270,6 +278,7 @@ def _ceiling(best: Measured, rounds: list[float], sweep: list[Measured]) -> dict
     return {
         "settings": best.settings.to_dict(),
         "describe": best.settings.describe(),
+        "cpu_busy": best.cpu_busy,
         "samples_per_s": median(rounds),
         "rounds": rounds,
         "sweep": [m.to_dict() for m in sweep],

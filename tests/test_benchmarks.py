@@ -17,7 +17,7 @@ from autotune._workload import load_config
 from benchmarks import _cli, _report
 from benchmarks._compare import Entry, interleave, median, spread
 from benchmarks._strategies import greedy_workers, loader_configs, with_workers
-from benchmarks._verdicts import judge
+from benchmarks._verdicts import judge, shared_cpu_limit
 from benchmarks._workloads import WORKLOADS, WORKLOADS_DIR, full_profile, quick_profile
 
 # Every config file there (a leading underscore marks a helper module the configs share).
@@ -182,6 +182,26 @@ def test_a_baseline_already_at_the_oracle_explains_a_tie() -> None:
     assert "greedy sweep is already within 3% of the oracle" in verdict.detail
 
 
+def test_loader_and_model_on_the_same_cpus_add_up_their_cpu_time() -> None:
+    # Both keep the CPUs busy: 1 / (1/800 + 1/3200) = 640 samples/s, below min() = 800.
+    assert shared_cpu_limit(3200.0, 1.0, 800.0, 1.0) == pytest.approx(640.0)
+    # A loader that waits on storage (10% busy) takes little from training.
+    assert shared_cpu_limit(3200.0, 1.0, 800.0, 0.1) == pytest.approx(1 / (0.1 / 800 + 1 / 3200))
+    assert shared_cpu_limit(3200.0, None, 800.0, 1.0) is None
+    assert shared_cpu_limit(0.0, 1.0, 800.0, 1.0) is None
+
+
+def test_the_ceiling_verdict_quotes_the_shared_cpu_limit_below_the_ceiling() -> None:
+    # 200 of a 210 ceiling, but only 180 can be had with loader and model sharing the CPUs.
+    verdict = judge(MEDIANS, SEARCH, 210.0, must_beat_baselines=False, shared=180.0)[2]
+    assert verdict.passed  # the target itself is judged against min(compute, data)
+    assert "of the 180 samples/s loader and model can share the CPUs for" in verdict.detail
+    assert "autotune reaches 1.100, the oracle 1.111" in verdict.detail
+    # Above the ceiling it says nothing new, and is not quoted.
+    above = judge(MEDIANS, SEARCH, 210.0, must_beat_baselines=False, shared=400.0)[2]
+    assert "share" not in above.detail
+
+
 def _section(name: str) -> dict[str, Any]:
     rows = [
         {
@@ -197,7 +217,12 @@ def _section(name: str) -> dict[str, Any]:
         }
         for strategy, value in MEDIANS.items()
     ]
-    ceiling = {"describe": "workers=0 batch=32", "samples_per_s": 210.0, "rounds": [200.0, 210.0]}
+    ceiling = {
+        "describe": "workers=0 batch=32",
+        "samples_per_s": 210.0,
+        "rounds": [200.0, 210.0],
+        "cpu_busy": 0.9,
+    }
     return {
         "name": name,
         "summary": "made-up figures",
@@ -205,7 +230,12 @@ def _section(name: str) -> dict[str, Any]:
         "device": "cpu",
         "grid": {"size": 12},
         "strategies": rows,
-        "ceilings": {"compute": ceiling, "data": ceiling | {"samples_per_s": 400.0}, "min": 210.0},
+        "ceilings": {
+            "compute": ceiling,
+            "data": ceiling | {"samples_per_s": 400.0, "cpu_busy": 1.0},
+            "min": 210.0,
+            "shared_cpu": 150.0,
+        },
         "references": [],
         "verdicts": [v.to_dict() for v in judge(MEDIANS, SEARCH, 210.0, must_beat_baselines=True)],
     }
@@ -216,6 +246,8 @@ def test_reports_show_every_strategy_and_verdict(tmp_path: Path) -> None:
     table = _report.text_table(section)
     assert all(name in table for name in MEDIANS)
     assert "PASS  autotune >= 0.97 x oracle: 0.990" in table
+    assert "compute ceiling kept them 90% busy and the data ceiling 100%" in table
+    assert "at most about 150 samples/s with both on the same CPUs" in table
     results = {
         "date": "2026-01-02",
         "host": "box",
@@ -239,6 +271,7 @@ def test_reports_show_every_strategy_and_verdict(tmp_path: Path) -> None:
     page = (tmp_path / "RESULTS.md").read_text()
     assert "(results/2026-01-02-box.json)" in page
     assert "| io-bound | PASS 0.990 |" in page and "FAILED: RuntimeError: broken" in page
+    assert "at most about 150 samples/s with both on the same CPUs" in page
     assert "> two runs merged" in page and "> measured while a test run shared the CPUs" in page
     assert md_path.read_text().startswith("# Benchmark results: 2026-01-02, box (quick mode)")
 
