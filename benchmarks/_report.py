@@ -120,13 +120,13 @@ def _shared_cpu_line(section: Mapping[str, Any]) -> str:
     ceiling (see benchmarks._verdicts.shared_cpu_limit); empty otherwise."""
     ceilings = section["ceilings"]
     shared = ceilings.get("shared_cpu")
-    if shared is None or shared >= ceilings["min"]:
+    if not shared or shared["samples_per_s"] >= ceilings["min"]:
         return ""
-    compute, data = ceilings["compute"], ceilings["data"]
     return (
-        f"Sharing the CPUs: alone, the compute ceiling kept them {compute['cpu_busy']:.0%} busy "
-        f"and the data ceiling {data['cpu_busy']:.0%}; a sample's CPU time to load plus to "
-        f"train allows at most about {_rate(shared)} samples/s with both on the same CPUs."
+        f"Sharing the CPUs: the cheapest loading measured kept all the CPUs busy "
+        f"{shared['load_cost'] * 1e3:.2f} ms per sample ({shared['load_config']}), the "
+        f"cheapest training {shared['train_cost'] * 1e3:.2f} ms ({shared['train_config']}); "
+        f"side by side on the same CPUs, about {_rate(shared['samples_per_s'])} samples/s."
     )
 
 

@@ -159,10 +159,7 @@ def run_workload(
     medians = {label: median(values) for label, values in by_label.items()}
     ceiling = min(medians["compute ceiling"], medians["data ceiling"])
     shared = shared_cpu_limit(
-        medians["compute ceiling"],
-        ceilings.best_compute.cpu_busy,
-        medians["data ceiling"],
-        ceilings.best_data.cpu_busy,
+        [m.to_dict() for m in ceilings.compute], [m.to_dict() for m in ceilings.data]
     )
 
     verdicts = judge(
@@ -170,7 +167,7 @@ def run_workload(
         {name: choices[name].search_s for name in STRATEGIES},
         ceiling,
         must_beat_baselines=workload.must_beat_baselines,
-        shared=shared,
+        shared=shared.samples_per_s if shared else None,
     )
     for verdict in verdicts:
         say(verdict.line())
@@ -189,7 +186,7 @@ def run_workload(
             ),
             "data": _ceiling(ceilings.best_data, by_label["data ceiling"], ceilings.data),
             "min": ceiling,
-            "shared_cpu": shared,
+            "shared_cpu": shared.to_dict() if shared else None,
         },
         "references": [
             {
@@ -278,7 +275,6 @@ def _ceiling(best: Measured, rounds: list[float], sweep: list[Measured]) -> dict
     return {
         "settings": best.settings.to_dict(),
         "describe": best.settings.describe(),
-        "cpu_busy": best.cpu_busy,
         "samples_per_s": median(rounds),
         "rounds": rounds,
         "sweep": [m.to_dict() for m in sweep],

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 VS_ORACLE = 0.97
@@ -47,23 +47,56 @@ def _ratio(a: float, b: float) -> float:
     return a / b if b > 0 else 0.0
 
 
-def shared_cpu_limit(
-    compute: float, compute_busy: float | None, data: float, data_busy: float | None
-) -> float | None:
-    """About the most loader and model can train together when they share the CPUs.
+@dataclasses.dataclass(frozen=True)
+class SharedCpu:
+    """What loader and model can train together when they share the CPUs."""
 
-    Each ceiling ran alone and kept a share of the CPUs busy (``*_busy``, 0-1): a
-    sample then costs ``busy / rate`` of the CPUs' time to load and as much again to
-    train on. Done side by side on the same CPUs, these costs add up, so training
-    runs at most ``1 / (data_busy / data + compute_busy / compute)`` samples/s, below
-    min(compute, data) wherever both are CPU work (decoding, training on the CPU).
-    Not a strict bound: a ceiling that used its CPUs inefficiently overstates its cost.
-    None when a figure is missing.
+    samples_per_s: float
+    load_cost: float
+    """Seconds of all the CPUs' time the cheapest measured loading took per sample."""
+    load_config: str
+    train_cost: float
+    """Seconds of all the CPUs' time the cheapest measured training step took per sample."""
+    train_config: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _cheapest(probes: Iterable[Mapping[str, Any]]) -> tuple[float, str] | None:
+    costs = [
+        (p["cpu_busy"] / p["samples_per_s"], p["describe"])
+        for p in probes
+        if p.get("cpu_busy") and p.get("samples_per_s")
+    ]
+    return min(costs) if costs else None
+
+
+def shared_cpu_limit(
+    compute: Iterable[Mapping[str, Any]], data: Iterable[Mapping[str, Any]]
+) -> SharedCpu | None:
+    """About the most loader and model can train together on the same CPUs.
+
+    ``compute`` and ``data`` are the ceilings' probes (``Measured.to_dict()``: their
+    samples/s, the share of the CPUs kept busy, the config). A probe that kept a share
+    ``busy`` of the CPUs busy at ``rate`` samples/s took ``busy / rate`` seconds of all
+    the CPUs per sample. Side by side on the same CPUs, loading and training each take
+    at least the cheapest such cost measured, and the costs add up: training runs at
+    most about ``1 / (load_cost + train_cost)`` samples/s, below min(compute, data)
+    wherever both are CPU work (decoding, training on the CPU). An estimate, not a
+    strict bound: a config cheaper per sample than any measured would lift it.
+    None when no probe recorded how busy the CPUs were.
     """
-    if compute <= 0 or data <= 0 or compute_busy is None or data_busy is None:
+    load, train = _cheapest(data), _cheapest(compute)
+    if load is None or train is None:
         return None
-    cost = data_busy / data + compute_busy / compute
-    return 1 / cost if cost > 0 else None
+    return SharedCpu(
+        samples_per_s=1 / (load[0] + train[0]),
+        load_cost=load[0],
+        load_config=load[1],
+        train_cost=train[0],
+        train_config=train[1],
+    )
 
 
 def judge(
@@ -81,7 +114,8 @@ def judge(
         search_s: each strategy's search wall time, by strategy name.
         ceiling: min(compute ceiling, data ceiling), interleaved medians.
         must_beat_baselines: judge the "clearly above every baseline" target.
-        shared: :func:`shared_cpu_limit`, quoted beside the ceiling target (not judged).
+        shared: the samples/s of :func:`shared_cpu_limit`, quoted beside the ceiling
+            target (not judged).
     """
     ours = medians["autotune"]
     best = medians["oracle"]

@@ -182,13 +182,26 @@ def test_a_baseline_already_at_the_oracle_explains_a_tie() -> None:
     assert "greedy sweep is already within 3% of the oracle" in verdict.detail
 
 
-def test_loader_and_model_on_the_same_cpus_add_up_their_cpu_time() -> None:
-    # Both keep the CPUs busy: 1 / (1/800 + 1/3200) = 640 samples/s, below min() = 800.
-    assert shared_cpu_limit(3200.0, 1.0, 800.0, 1.0) == pytest.approx(640.0)
+def _probe(describe: str, samples_per_s: float, cpu_busy: float | None) -> dict[str, Any]:
+    return {"describe": describe, "samples_per_s": samples_per_s, "cpu_busy": cpu_busy}
+
+
+def test_loader_and_model_on_the_same_cpus_add_up_their_cheapest_cpu_time() -> None:
+    compute = [_probe("threads=2", 3200.0, 1.0), _probe("threads=1", 2000.0, 0.5)]
+    data = [
+        _probe("workers=4", 800.0, 1.0),  # 1.25 ms of the CPUs a sample
+        _probe("workers=0", 500.0, 0.5),  # 1.0 ms: cheaper, though slower
+        _probe("failed", 0.0, None),
+    ]
+    shared = shared_cpu_limit(compute, data)
+    assert shared is not None
+    assert shared.load_config == "workers=0" and shared.load_cost == pytest.approx(1e-3)
+    assert shared.train_config == "threads=1" and shared.train_cost == pytest.approx(2.5e-4)
+    assert shared.samples_per_s == pytest.approx(800.0)  # 1 / 1.25 ms
     # A loader that waits on storage (10% busy) takes little from training.
-    assert shared_cpu_limit(3200.0, 1.0, 800.0, 0.1) == pytest.approx(1 / (0.1 / 800 + 1 / 3200))
-    assert shared_cpu_limit(3200.0, None, 800.0, 1.0) is None
-    assert shared_cpu_limit(0.0, 1.0, 800.0, 1.0) is None
+    waiting = shared_cpu_limit(compute, [_probe("workers=16", 1000.0, 0.1)])
+    assert waiting is not None and waiting.samples_per_s == pytest.approx(1 / (1e-4 + 2.5e-4))
+    assert shared_cpu_limit(compute, [_probe("workers=0", 500.0, None)]) is None
 
 
 def test_the_ceiling_verdict_quotes_the_shared_cpu_limit_below_the_ceiling() -> None:
@@ -217,12 +230,7 @@ def _section(name: str) -> dict[str, Any]:
         }
         for strategy, value in MEDIANS.items()
     ]
-    ceiling = {
-        "describe": "workers=0 batch=32",
-        "samples_per_s": 210.0,
-        "rounds": [200.0, 210.0],
-        "cpu_busy": 0.9,
-    }
+    ceiling = {"describe": "workers=0 batch=32", "samples_per_s": 210.0, "rounds": [200.0, 210.0]}
     return {
         "name": name,
         "summary": "made-up figures",
@@ -232,9 +240,15 @@ def _section(name: str) -> dict[str, Any]:
         "strategies": rows,
         "ceilings": {
             "compute": ceiling,
-            "data": ceiling | {"samples_per_s": 400.0, "cpu_busy": 1.0},
+            "data": ceiling | {"samples_per_s": 400.0},
             "min": 210.0,
-            "shared_cpu": 150.0,
+            "shared_cpu": {
+                "samples_per_s": 150.0,
+                "load_cost": 0.004,
+                "load_config": "workers=0 batch=32",
+                "train_cost": 0.0025,
+                "train_config": "workers=0 batch=32 threads=1",
+            },
         },
         "references": [],
         "verdicts": [v.to_dict() for v in judge(MEDIANS, SEARCH, 210.0, must_beat_baselines=True)],
@@ -246,8 +260,9 @@ def test_reports_show_every_strategy_and_verdict(tmp_path: Path) -> None:
     table = _report.text_table(section)
     assert all(name in table for name in MEDIANS)
     assert "PASS  autotune >= 0.97 x oracle: 0.990" in table
-    assert "compute ceiling kept them 90% busy and the data ceiling 100%" in table
-    assert "at most about 150 samples/s with both on the same CPUs" in table
+    assert "cheapest loading measured kept all the CPUs busy 4.00 ms per sample" in table
+    assert "cheapest training 2.50 ms (workers=0 batch=32 threads=1)" in table
+    assert "side by side on the same CPUs, about 150 samples/s" in table
     results = {
         "date": "2026-01-02",
         "host": "box",
@@ -271,7 +286,7 @@ def test_reports_show_every_strategy_and_verdict(tmp_path: Path) -> None:
     page = (tmp_path / "RESULTS.md").read_text()
     assert "(results/2026-01-02-box.json)" in page
     assert "| io-bound | PASS 0.990 |" in page and "FAILED: RuntimeError: broken" in page
-    assert "at most about 150 samples/s with both on the same CPUs" in page
+    assert "side by side on the same CPUs, about 150 samples/s" in page
     assert "> two runs merged" in page and "> measured while a test run shared the CPUs" in page
     assert md_path.read_text().startswith("# Benchmark results: 2026-01-02, box (quick mode)")
 
