@@ -8,6 +8,7 @@ import dataclasses
 import optuna
 
 from autotune._backends import Backend, ExplorePlan
+from autotune._bounds import Bounds
 from autotune._choose import Candidate, cheapest_within, finalists
 from autotune._errors import WorkloadError
 from autotune._progress import Progress
@@ -56,6 +57,13 @@ def confirm(
     """Measure the finalists and the default loader again and choose."""
     tolerance = plan.options.tolerance
     chosen = finalists(explored, tolerance, plan.options.finalists)
+    lighter = without_workers(chosen[0], plan.bounds, plan.space, tolerance) if chosen else None
+    if lighter is not None and all(c.settings.key() != lighter.key() for c in chosen):
+        progress.message(
+            f"{chosen[0].settings.describe()} trains at the model's own ceiling: its loader "
+            "without workers is confirmed beside it"
+        )
+        chosen = [*chosen, Candidate(lighter, 0.0)]
     progress.phase(
         "confirm",
         f"measuring {len(chosen)} finalist(s) and the default loader again, side by side",
@@ -76,6 +84,28 @@ def confirm(
         progress.message("no finalist survived re-measuring; choosing from exploration figures")
         winner = _from_exploration(plan.study, explored, tolerance)
     return Confirmed(winner=winner, finalists=tuple(confirmed), baseline=baseline_measured)
+
+
+def without_workers(
+    leader: Candidate, bounds: Bounds | None, space: Space, tolerance: float
+) -> Settings | None:
+    """The leader's config loading in the training process, when the leader already
+    trains within the finalist band of its compute ceiling (the model, not the loader,
+    sets the pace) and the space allows it; otherwise None.
+
+    Workers then only compete with training for the CPUs, and exploration, which
+    prunes on single windows, may never have measured the same config without them.
+    """
+    settings = leader.settings
+    if bounds is None or settings.num_workers == 0:
+        return None
+    ceiling = bounds.ceiling(settings)
+    if ceiling is None or leader.samples_per_s < (1 - 2 * tolerance) * ceiling:
+        return None
+    lighter = dataclasses.replace(
+        settings, num_workers=0, prefetch_factor=None, persistent_workers=False
+    )
+    return lighter if space.contains(lighter) else None
 
 
 def _group_measurements(

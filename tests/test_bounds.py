@@ -120,3 +120,30 @@ def test_the_default_loader_reuses_the_compute_ceiling_the_bounds_measured(workd
     assert set(bounds) == {f"batch=64 amp=off threads={threads}"}
     measured = bounds[f"batch=64 amp=off threads={threads}"]["samples_per_s"]
     assert result.baseline_ceilings["compute"].samples_per_s == measured
+
+
+def test_a_leader_at_the_models_ceiling_is_confirmed_beside_its_loader_without_workers() -> None:
+    from autotune._choose import Candidate
+    from autotune._confirm import without_workers
+    from autotune._machine import Machine
+    from autotune._space import build_space
+
+    machine = Machine(
+        cpus=2, cpu_model="t", memory_bytes=2**33, shm_bytes=2**30, accelerator="cpu", cpu_bf16=True
+    )
+    fixed = {"batch_size": [64], "threads": 2, "amp": "off"}
+    space = build_space({**fixed, "num_workers": [0, 1, 2]}, machine, batch_size=64)
+    leader = Settings(
+        batch_size=64, num_workers=1, prefetch_factor=4, persistent_workers=True, threads=2
+    )
+    bounds = Bounds({compute_key(leader): 1000.0})
+    at_ceiling = Candidate(leader, 950.0)  # within twice the tolerance (6%) of 1,000
+    lighter = without_workers(at_ceiling, bounds, space, tolerance=0.03)
+    assert lighter == Settings(batch_size=64, threads=2)
+    # Below the band the loader may be what it waits on: nothing added.
+    assert without_workers(Candidate(leader, 900.0), bounds, space, tolerance=0.03) is None
+    # No bounds, no workers to drop, or a space without 0 workers: nothing added.
+    assert without_workers(at_ceiling, None, space, tolerance=0.03) is None
+    assert without_workers(Candidate(lighter, 990.0), bounds, space, 0.03) is None
+    no_zero = build_space({**fixed, "num_workers": [1, 2]}, machine, batch_size=64)
+    assert without_workers(at_ceiling, bounds, no_zero, tolerance=0.03) is None
