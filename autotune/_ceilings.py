@@ -69,31 +69,33 @@ def measure_ceilings(
     default_threads: int | None = None,
 ) -> Ceilings:
     """Run the ceiling probes; a failed one is left out and said so. Compute ceilings
-    already measured (by the bounds stage, keyed by :func:`compute_key`) are reused;
-    ``default_threads``, the torch threads a probe without a thread setting runs (as
-    the preflight found), lets the default loader's reuse one measured with that many."""
+    already measured (by the bounds stage, keyed by :func:`compute_key`) are reused.
+    ``default_threads`` is the torch threads a probe without a thread setting runs (as
+    the preflight found): such a config's compute ceiling is the one with that many."""
     limit = limit_settings(winner, cpus)
     known = known_compute or {}
+
+    def model_of(settings: Settings) -> Settings:
+        if settings.threads is None and default_threads is not None:
+            return dataclasses.replace(settings, threads=default_threads)
+        return settings
+
     # A ceiling is one reference figure, not a comparison between close configs: a
     # third of a trial's windows (at least 3) measures it well enough, for a third of
     # the time.
     template = dataclasses.replace(template, max_windows=max(3, template.max_windows // 3))
     jobs: list[tuple[str, Mode, Settings]] = [
-        ("winner", "compute", winner),
+        ("winner", "compute", model_of(winner)),
         ("winner", "data", winner),
-        ("baseline", "compute", baseline),
+        ("baseline", "compute", model_of(baseline)),
         ("baseline", "data", baseline),
         ("limit", "data", limit),
     ]
-    measured: dict[Hashable, Figures | None] = {}
-    for _, mode, settings in jobs:
-        if mode != "compute":
-            continue
-        explicit = settings
-        if settings.threads is None and default_threads is not None:
-            explicit = dataclasses.replace(settings, threads=default_threads)
-        if compute_key(explicit) in known:
-            measured[_key(mode, settings)] = known[compute_key(explicit)]
+    measured: dict[Hashable, Figures | None] = {
+        _key(mode, settings): known[compute_key(settings)]
+        for _, mode, settings in jobs
+        if mode == "compute" and compute_key(settings) in known
+    }
     distinct = len({_key(mode, settings) for _, mode, settings in jobs} - set(measured))
     progress.phase(
         "ceilings",
