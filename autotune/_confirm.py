@@ -57,23 +57,20 @@ def confirm(
     """Measure the finalists and the default loader again and choose."""
     tolerance = plan.options.tolerance
     chosen = finalists(explored, tolerance, plan.options.finalists)
+    configs = [c.settings for c in chosen]
     lighter = without_workers(chosen[0], plan.bounds, plan.space, tolerance) if chosen else None
-    if lighter is not None and all(c.settings.key() != lighter.key() for c in chosen):
+    if lighter is not None and lighter.key() not in {s.key() for s in configs}:
         progress.message(
-            f"{chosen[0].settings.describe()} trains at the model's own ceiling: its loader "
+            f"{configs[0].describe()} trains at the model's own ceiling: its loader "
             "without workers is confirmed beside it"
         )
-        chosen = [*chosen, Candidate(lighter, 0.0)]
+        configs.append(lighter)
     progress.phase(
         "confirm",
-        f"measuring {len(chosen)} finalist(s) and the default loader again, side by side",
+        f"measuring {len(configs)} finalist(s) and the default loader again, side by side",
     )
-    progress.plan("confirm", len(chosen) + 1, None, later=later)
-    group = runner.measure(
-        plan,
-        [c.settings for c in chosen] + [baseline],
-        ["confirm"] * len(chosen) + ["baseline"],
-    )
+    progress.plan("confirm", len(configs) + 1, None, later=later)
+    group = runner.measure(plan, [*configs, baseline], ["confirm"] * len(configs) + ["baseline"])
     confirmed, baseline_measured = _group_measurements(plan.study, group)
     if confirmed:
         pick = cheapest_within(

@@ -108,26 +108,24 @@ def text_table(section: Mapping[str, Any]) -> str:
     lines = [_title(section), line(header), line(["-" * w for w in widths])]
     lines += [line(cells) for cells in body]
     lines.append(f"ceiling = min(compute, data) = {_rate(section['ceilings']['min'])} samples/s")
-    shared = _shared_cpu_line(section)
-    if shared:
-        lines.append(shared)
+    lines += _shared_cpu_lines(section)
     lines += ["  " + _verdict_line(v) for v in section["verdicts"]]
     return "\n".join(lines) + "\n"
 
 
-def _shared_cpu_line(section: Mapping[str, Any]) -> str:
+def _shared_cpu_lines(section: Mapping[str, Any]) -> list[str]:
     """What loader and model can train together on shared CPUs, where that is below the
-    ceiling (see benchmarks._verdicts.shared_cpu_limit); empty otherwise."""
+    ceiling (see benchmarks._verdicts.shared_cpu_limit): one line, or none."""
     ceilings = section["ceilings"]
     shared = ceilings.get("shared_cpu")
     if not shared or shared["samples_per_s"] >= ceilings["min"]:
-        return ""
-    return (
+        return []
+    return [
         f"Sharing the CPUs: the cheapest loading measured kept all the CPUs busy "
         f"{shared['load_cost'] * 1e3:.2f} ms per sample ({shared['load_config']}), the "
         f"cheapest training {shared['train_cost'] * 1e3:.2f} ms ({shared['train_config']}); "
         f"side by side on the same CPUs, about {_rate(shared['samples_per_s'])} samples/s."
-    )
+    ]
 
 
 def _verdict_line(verdict: Mapping[str, Any]) -> str:
@@ -179,9 +177,7 @@ def markdown(results: Mapping[str, Any], json_name: str) -> str:
         lines.append(
             f"Ceiling = min(compute, data) = {_rate(section['ceilings']['min'])} samples/s."
         )
-        shared = _shared_cpu_line(section)
-        if shared:
-            lines.append(shared)
+        lines += _shared_cpu_lines(section)
         for reference in section["references"]:
             lines.append(f"({reference['label']}): {reference['note']}.")
         lines.append("")
