@@ -40,7 +40,10 @@ def test_cuda_out_of_memory_is_recorded_as_out_of_memory() -> None:
 
 
 def test_the_memory_limit_stops_a_probe_that_grows() -> None:
-    result = probe(workloads.BatchMemoryModel(mib=32), batch_size=16, memory_limit=500 * 2**20)
+    # 64 MiB a sample: 1 GiB a step. Each forward frees the last step's tensor and fills
+    # a new one, so a sample of the tree's memory may land mid-fill: even half-filled,
+    # the probe is over its 500 MiB limit (32 MiB a sample, 512 MiB, was not always).
+    result = probe(workloads.BatchMemoryModel(mib=64), batch_size=16, memory_limit=500 * 2**20)
     assert result.failure is not None, result.figures
     assert result.failure.kind == "oom"
     assert "over the memory limit of 0.49 GiB (search option memory_limit)" in (
