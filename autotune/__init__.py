@@ -9,8 +9,6 @@
     autotune.report("studies/quickstart.db", "report.html")   # diagnosis, plots, trials
 """
 
-from autotune._ddp import DdpMeasurement, DdpResult
-from autotune._diagnosis import Diagnosis, diagnose
 from autotune._errors import (
     AutotuneError,
     ConfigError,
@@ -20,16 +18,18 @@ from autotune._errors import (
     StudyError,
     WorkloadError,
 )
-from autotune._load import load
-from autotune._loader import EchoLoader
-from autotune._machine import Machine
-from autotune._options import SearchOptions
-from autotune._progress import LineProgress, LiveProgress, Progress, QuietProgress
-from autotune._report import report
-from autotune._result import Measurement, SearchResult
-from autotune._search import search
-from autotune._settings import Settings
-from autotune._workload import Workload
+from autotune.decide._diagnosis import Diagnosis, diagnose
+from autotune.machine._machine import Machine
+from autotune.output._load import load
+from autotune.output._report import report
+from autotune.progress._progress import LineProgress, LiveProgress, Progress, QuietProgress
+from autotune.result._ddp import DdpMeasurement, DdpResult
+from autotune.result._result import Measurement, SearchResult
+from autotune.search._search import search
+from autotune.settings._loader import EchoLoader
+from autotune.settings._settings import Settings
+from autotune.workload._options import SearchOptions
+from autotune.workload._workload import Workload
 
 __version__ = "0.1.0"
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from autotune._errors import AutotuneError, FingerprintWarning
 
 if TYPE_CHECKING:
-    from autotune._result import SearchResult
+    from autotune.result._result import SearchResult
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
@@ -135,10 +135,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _search(args: argparse.Namespace) -> int:
-    from autotune._diagnosis import diagnose
-    from autotune._progress import make_progress
-    from autotune._search import search
-    from autotune._show import code_lines, diagnosis_lines, result_lines
+    from autotune.decide._diagnosis import diagnose
+    from autotune.output._show import code_lines, diagnosis_lines, result_lines
+    from autotune.progress._progress import make_progress
+    from autotune.search._search import search
 
     with make_progress() as progress:
         result = search(
@@ -164,10 +164,10 @@ def _search(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from autotune._diagnosis import diagnose
-    from autotune._load import result_of
-    from autotune._show import counts_line, diagnosis_lines, result_lines, trials_table
-    from autotune._study import open_study, read_meta, records, resolve
+    from autotune.decide._diagnosis import diagnose
+    from autotune.output._load import result_of
+    from autotune.output._show import counts_line, diagnosis_lines, result_lines, trials_table
+    from autotune.study._study import open_study, read_meta, records, resolve
 
     path, name = resolve(args.study, Path(args.study).stem)
     study = open_study(path, name, create=False)
@@ -187,8 +187,8 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from autotune._load import result_of
-    from autotune._study import open_study, resolve
+    from autotune.output._load import result_of
+    from autotune.study._study import open_study, resolve
 
     path, name = resolve(args.study, Path(args.study).stem)
     result = result_of(open_study(path, name, create=False), path=path)
@@ -203,8 +203,8 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from autotune._report import report
-    from autotune._study import resolve
+    from autotune.output._report import report
+    from autotune.study._study import resolve
 
     output = args.output
     if output is None and args.format == "html":
@@ -221,7 +221,7 @@ def _report(args: argparse.Namespace) -> int:
 def _warn_if_moved(result: SearchResult) -> None:
     """One line on stderr when this machine differs from the one the settings were tuned
     on; the settings are shown all the same."""
-    from autotune._load import warn_if_moved
+    from autotune.output._load import warn_if_moved
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", FingerprintWarning)

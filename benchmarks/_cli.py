@@ -29,7 +29,7 @@ import optuna
 import torch
 
 import autotune
-from autotune._machine import detect_machine
+from autotune.machine._machine import detect_machine
 from benchmarks import _report
 from benchmarks._run import run_workload
 from benchmarks._workloads import WORKLOADS, BenchWorkload, find, full_profile, quick_profile

@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Callable, Sequence
 
 from autotune import Settings
-from autotune._probe import Mode
+from autotune.probe import Mode
 from benchmarks._harness import Harness
 
 

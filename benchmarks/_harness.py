@@ -20,7 +20,7 @@ from typing import Any
 import psutil
 
 from autotune import SearchOptions, Settings
-from autotune._probe import Mode, ProbeRequest, WorkloadSource, run_probe
+from autotune.probe import Mode, ProbeRequest, WorkloadSource, run_probe
 from benchmarks._workloads import Profile
 
 _MEMORY_SHARE = 0.8

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any, cast
 
 from autotune import Machine, Settings
-from autotune._progress import outcome
-from autotune._settings import AmpMode
-from autotune._space import Space, build_space
-from autotune._study import TrialRecord
-from autotune._workload import load_config
+from autotune.progress._progress import outcome
+from autotune.settings._settings import AmpMode
+from autotune.space._space import Space, build_space
+from autotune.study._study import TrialRecord
+from autotune.workload._workload import load_config
 from benchmarks._compare import Entry, interleave, measure_entry, median, spread
 from benchmarks._harness import Harness, Measured
 from benchmarks._strategies import (

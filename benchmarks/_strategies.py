@@ -18,8 +18,8 @@ from typing import Any
 
 import autotune
 from autotune import Machine, Settings
-from autotune._space import Space
-from autotune._study import open_study, records
+from autotune.space._space import Space
+from autotune.study._study import open_study, records
 from benchmarks._harness import Harness, Measured
 
 STRATEGIES = ("defaults", "rule of thumb", "greedy sweep", "loader-only", "autotune", "oracle")

@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from autotune import _gpu
+from autotune.machine import _gpus as _gpu
 
 NVML_TEMPERATURE_GPU = 0
 _TEXT = {3: "Not Supported", 6: "Not Found", 12: "Library Not Found"}

@@ -29,11 +29,11 @@ import workloads
 from conftest import QUICK, TESTS
 
 import autotune
-from autotune._probe import ProbeRequest, WorkloadSource
-from autotune._settings import Settings
-from autotune._study import TrialRecord, records
-from autotune._workload import Workload
 from autotune.cli import main
+from autotune.probe import ProbeRequest, WorkloadSource
+from autotune.settings._settings import Settings
+from autotune.study._study import TrialRecord, records
+from autotune.workload._workload import Workload
 
 DRIVERS = ("cli", "api")
 NAME = "fault"

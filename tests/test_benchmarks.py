@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from autotune import Settings
-from autotune._machine import detect_machine
-from autotune._probe import ProbeRequest, WorkloadSource, run_probe
-from autotune._space import build_space
-from autotune._workload import load_config
+from autotune.machine._machine import detect_machine
+from autotune.probe import ProbeRequest, WorkloadSource, run_probe
+from autotune.space._space import build_space
+from autotune.workload._workload import load_config
 from benchmarks import _cli, _report
 from benchmarks._compare import Entry, interleave, median, spread
 from benchmarks._strategies import greedy_workers, loader_configs, with_workers

@@ -10,8 +10,8 @@ from conftest import quick
 
 import autotune
 from autotune import Settings
-from autotune._bounds import COMPUTE_CEILINGS, Bounds, compute_configs, compute_key
-from autotune._study import records
+from autotune.explore._bounds import COMPUTE_CEILINGS, Bounds, compute_configs, compute_key
+from autotune.study._study import records
 
 
 def test_a_config_whose_ceiling_cannot_reach_the_band_is_ruled_out() -> None:
@@ -36,8 +36,8 @@ def test_saturation_is_the_finalist_band_of_the_highest_ceiling() -> None:
 
 
 def test_compute_configs_cover_each_combination_once() -> None:
-    from autotune._machine import Machine
-    from autotune._space import build_space
+    from autotune.machine._machine import Machine
+    from autotune.space._space import build_space
 
     machine = Machine(
         cpus=2, cpu_model="t", memory_bytes=2**33, shm_bytes=2**30, accelerator="cpu", cpu_bf16=True
@@ -123,10 +123,10 @@ def test_the_default_loader_reuses_the_compute_ceiling_the_bounds_measured(workd
 
 
 def test_a_leader_at_the_models_ceiling_is_confirmed_beside_its_loader_without_workers() -> None:
-    from autotune._choose import Candidate
-    from autotune._confirm import without_workers
-    from autotune._machine import Machine
-    from autotune._space import build_space
+    from autotune.decide._choose import Candidate
+    from autotune.decide._confirm import without_workers
+    from autotune.machine._machine import Machine
+    from autotune.space._space import build_space
 
     machine = Machine(
         cpus=2, cpu_model="t", memory_bytes=2**33, shm_bytes=2**30, accelerator="cpu", cpu_bf16=True

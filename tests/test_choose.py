@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autotune import Settings
-from autotune._choose import Candidate, cheapest_within, cost, finalists, merge
+from autotune.decide._choose import Candidate, cheapest_within, cost, finalists, merge
 
 
 def s(**fields) -> Settings:

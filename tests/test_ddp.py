@@ -19,23 +19,23 @@ from torch import nn
 
 import autotune
 from autotune import StudyError
-from autotune._ddp import (
+from autotune.cli import main
+from autotune.decide._ddp import (
     DdpResult,
     buffer_keyword,
     keep_default_unless_faster,
     knob_grid,
     run_ddp_stage,
 )
-from autotune._gpu import Discovery
-from autotune._launch import ddp_code, lr_note, torchrun_line
-from autotune._options import SearchOptions
-from autotune._placement import PLACEMENT, plan_placement
-from autotune._probe import Figures, ProbeRequest, Window, WorkloadSource, run_probe
-from autotune._progress import QuietProgress
-from autotune._result import Measurement
-from autotune._settings import Settings
-from autotune._workload import Workload
-from autotune.cli import main
+from autotune.machine._gpus import Discovery
+from autotune.probe import Figures, ProbeRequest, Window, WorkloadSource, run_probe
+from autotune.probe._placement import PLACEMENT, plan_placement
+from autotune.progress._progress import QuietProgress
+from autotune.result._launch import ddp_code, lr_note, torchrun_line
+from autotune.result._result import Measurement
+from autotune.settings._settings import Settings
+from autotune.workload._options import SearchOptions
+from autotune.workload._workload import Workload
 
 TWO_CPU_RANKS = plan_placement(
     device="cpu", gpus=None, ranks=2, discovery=Discovery(gpus=()), cpus=[0, 1], usable=2
@@ -249,7 +249,7 @@ def test_the_cli_refuses_a_gpu_that_is_not_there(write_config, capsys) -> None:
         model = workloads.linear_model
         """
     )
-    if autotune._gpu.discover().gpus:
+    if autotune.machine._gpus.discover().gpus:
         pytest.skip("this machine has GPUs")
     assert main(["search", str(config), "--gpus", "0"]) == 2
     error = capsys.readouterr().err.strip()

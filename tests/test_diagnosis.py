@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from autotune import Machine, Measurement, SearchResult, Settings, diagnose
-from autotune._diagnosis import diagnose_config
-from autotune._probe import Figures, Window
+from autotune.decide._diagnosis import diagnose_config
+from autotune.probe import Figures, Window
 
 FOUR_WORKERS = Settings(batch_size=32, num_workers=4, prefetch_factor=2, persistent_workers=True)
 NO_WORKERS = Settings(batch_size=32)

@@ -10,8 +10,8 @@ import workloads
 from faults import Running, drive, finished_numbers, probe_request
 from test_faults_interrupt import LONG
 
-from autotune._probe import run_probe
-from autotune._study import GROUP, OWNER, ROLE
+from autotune.probe import run_probe
+from autotune.study._study import GROUP, OWNER, ROLE
 
 BOTH = dataclasses.replace(LONG, options={**LONG.options, "trials": 2, "max_windows": 3})
 

@@ -14,7 +14,7 @@ import workloads
 from faults import DRIVERS, Case, drive, probe_request, search_file
 
 import autotune
-from autotune._probe import run_probe
+from autotune.probe import run_probe
 
 GOOD = "from workloads import linear_model as model, sleepy_dataset as dataset\n"
 

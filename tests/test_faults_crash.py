@@ -11,8 +11,8 @@ import workloads
 from faults import Case, drive, probe_request
 
 import autotune
-from autotune._probe import ProbeResult, run_probe
-from autotune._settings import Settings
+from autotune.probe import ProbeResult, run_probe
+from autotune.settings._settings import Settings
 
 WITH_WORKERS = Settings(batch_size=4, num_workers=2, prefetch_factor=2)
 

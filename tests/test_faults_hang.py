@@ -8,7 +8,7 @@ import workloads
 from faults import Case, drive, probe_request
 
 import autotune
-from autotune._probe import run_probe
+from autotune.probe import run_probe
 
 
 def test_a_dataset_hanging_in_the_probe_itself_is_killed_at_the_timeout() -> None:

@@ -33,9 +33,9 @@ from faults import (
 )
 
 import autotune
-from autotune._probe import run_probe
-from autotune._settings import Settings
 from autotune.cli import main
+from autotune.probe import run_probe
+from autotune.settings._settings import Settings
 
 EIGHT_CONFIGS = {
     "num_workers": [0, 1],

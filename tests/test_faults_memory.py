@@ -18,8 +18,8 @@ from conftest import TESTS
 from faults import Case, drive, probe_request, study_trials
 
 import autotune
-from autotune._probe import ProbeResult, run_probe
-from autotune._probe._failure import shm_shortfall
+from autotune.probe import ProbeResult, run_probe
+from autotune.probe._failure import shm_shortfall
 
 BATCHES = {"num_workers": 0, "threads": 1, "amp": "off", "batch_size": [8, 16, 32]}
 
@@ -116,9 +116,9 @@ def private_shm_command() -> list[str] | None:
 _IN_A_TINY_SHM = """
 import json, pickle, sys
 import autotune, workloads
-from autotune._probe import ProbeRequest, WorkloadSource, run_probe
-from autotune._settings import Settings
-from autotune._workload import Workload
+from autotune.probe import ProbeRequest, WorkloadSource, run_probe
+from autotune.settings._settings import Settings
+from autotune.workload._workload import Workload
 from autotune.cli import main
 
 report = {}

@@ -21,8 +21,8 @@ from faults import DRIVERS, Case, one_error_line
 
 import autotune
 from autotune import FingerprintWarning, StudyError
-from autotune._study import META, RESULT
 from autotune.cli import main
+from autotune.study._study import META, RESULT
 
 
 def digest(path: Path) -> str:
@@ -108,7 +108,7 @@ def test_a_bad_study_file_is_refused_untouched(
 def locked(saved_study, workdir, monkeypatch):
     """A copy of the study that another process holds an exclusive lock on; a lock
     timeout of 0.5 s instead of the default minute."""
-    monkeypatch.setattr("autotune._study.LOCK_TIMEOUT_SECONDS", 0.5)
+    monkeypatch.setattr("autotune.study._study.LOCK_TIMEOUT_SECONDS", 0.5)
     path = copy_of(saved_study, workdir)
     holder = subprocess.Popen(
         [

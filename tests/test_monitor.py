@@ -11,10 +11,10 @@ import pytest
 import workloads
 from fake_nvml import FakeGpu
 
-from autotune._monitor import Monitor, MonitorFigures
-from autotune._probe import Figures, ProbeRequest, WorkloadSource, run_probe
-from autotune._settings import Settings
-from autotune._workload import Workload
+from autotune.machine._monitor import Monitor, MonitorFigures
+from autotune.probe import Figures, ProbeRequest, WorkloadSource, run_probe
+from autotune.settings._settings import Settings
+from autotune.workload._workload import Workload
 
 UUID = "GPU-aaaa1111-0000-0000-0000-000000000000"
 

@@ -9,9 +9,9 @@ import pytest
 import workloads
 from faults import probe_request as request
 
-from autotune._probe import run_probe
-from autotune._probe._child import hold_batches
-from autotune._settings import Settings
+from autotune.probe import run_probe
+from autotune.probe._child import hold_batches
+from autotune.settings._settings import Settings
 
 
 def test_known_per_item_cost_gives_the_expected_throughput() -> None:

@@ -9,9 +9,9 @@ import time
 import pytest
 
 from autotune import LineProgress, LiveProgress, Settings
-from autotune._probe import Figures, Window
-from autotune._progress import Tracker, format_duration, make_progress
-from autotune._study import TrialRecord
+from autotune.probe import Figures, Window
+from autotune.progress._progress import Tracker, format_duration, make_progress
+from autotune.study._study import TrialRecord
 
 SETTINGS = Settings(batch_size=8, num_workers=2, prefetch_factor=2, persistent_workers=True)
 

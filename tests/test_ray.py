@@ -14,15 +14,15 @@ import pytest
 from ray import exceptions
 
 from autotune import ConfigError, MissingExtraError, SearchOptions
-from autotune._backends import get_backend
-from autotune._backends._ray import RaySession, trial_resources
-from autotune._backends._ray_record import failure_of
-from autotune._backends._ray_trial import TrialSpec, on_this_node
-from autotune._machine import usable_cpus
-from autotune._probe import ProbeRequest, WorkloadSource
-from autotune._settings import Settings
-from autotune._study import open_study
 from autotune.cli import main
+from autotune.explore import get_backend
+from autotune.explore._ray import RaySession, trial_resources
+from autotune.explore._ray_driver import failure_of
+from autotune.explore._ray_worker import TrialSpec, on_this_node
+from autotune.machine._machine import usable_cpus
+from autotune.probe import ProbeRequest, WorkloadSource
+from autotune.settings._settings import Settings
+from autotune.study._study import open_study
 
 GPU_NODE = {"CPU": 64.0, "GPU": 8.0}
 CPU_HEAD = {"CPU": 16.0}

@@ -13,8 +13,8 @@ from optuna.trial import TrialState
 
 import autotune
 from autotune import WorkloadError
-from autotune._study import BACKEND, FIGURES, NODE, records
 from autotune.cli import main
+from autotune.study._study import BACKEND, FIGURES, NODE, records
 
 CONFIG = """
 from workloads import linear_model, sleepy_dataset

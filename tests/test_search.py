@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader
 
 import autotune
 from autotune import ConfigError, StudyError
-from autotune._study import records
+from autotune.study._study import records
 
 
 def small_search(**options):

@@ -9,8 +9,8 @@ import pytest
 from torch.utils.data import DataLoader
 
 from autotune import SpaceError
-from autotune._machine import Machine
-from autotune._space import Choices, Fixed, IntRange, build_space
+from autotune.machine._machine import Machine
+from autotune.space._space import Choices, Fixed, IntRange, build_space
 
 CPU = Machine(cpus=2, cpu_model="test", memory_bytes=8 * 2**30, shm_bytes=2**30, accelerator="cpu")
 CPU_BF16 = dataclasses.replace(CPU, cpu_bf16=True)

@@ -12,7 +12,7 @@ from conftest import copy_of
 
 import autotune
 from autotune import StudyError
-from autotune._study import RESULT, resolve
+from autotune.study._study import RESULT, resolve
 
 
 def test_resolve_names_and_paths() -> None:

@@ -1,0 +1,21 @@
+"""Figures for people: throughputs and durations as the terminal, the report and the
+export print them."""
+
+from __future__ import annotations
+
+
+def format_rate(value: float | None) -> str:
+    """samples/s for humans: 3 significant figures."""
+    if value is None:
+        return "-"
+    if value >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
+def format_duration(seconds: float) -> str:
+    """0:42, 12:05, 1:02:03."""
+    whole = max(0, round(seconds))
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"

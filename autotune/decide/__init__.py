@@ -1,0 +1,2 @@
+"""Deciding: the finalists confirmed, the cheapest within the noise chosen, the DDP stage,
+the ceilings measured, and the diagnosis of where the time goes."""

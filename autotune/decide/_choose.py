@@ -1,0 +1,95 @@
+"""Choosing: the cheapest config whose throughput is within the noise of the best.
+
+Pure functions over measured candidates, so the rule is testable alone.
+"Cheapest" puts first what changes training (echo, AMP, batch size), then what
+costs the machine (workers, prefetch depth, persistent and pinned memory,
+trainer threads): between two configs equally fast, the one that trains like
+the user's own code and uses fewer resources wins.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Iterable, Sequence
+from itertools import zip_longest
+
+from autotune.settings._settings import Settings
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """A config and its measured throughput (samples/s)."""
+
+    settings: Settings
+    samples_per_s: float
+
+
+def cost(settings: Settings) -> tuple[int, ...]:
+    """The cost order: smaller is cheaper (see the module docstring)."""
+    return (
+        settings.echo,
+        0 if settings.amp == "off" else 1,
+        settings.batch_size,
+        settings.num_workers,
+        settings.prefetch_factor or 0,
+        int(settings.persistent_workers),
+        int(settings.pin_memory),
+        settings.threads if settings.threads is not None else 1 << 16,
+    )
+
+
+def merge(candidates: Iterable[Candidate]) -> list[Candidate]:
+    """One candidate per distinct config, its throughput the median of its measurements."""
+    groups: dict[str, list[Candidate]] = {}
+    for candidate in candidates:
+        groups.setdefault(candidate.settings.key(), []).append(candidate)
+    return [
+        Candidate(group[0].settings, statistics.median(c.samples_per_s for c in group))
+        for group in groups.values()
+    ]
+
+
+def within(candidates: Sequence[Candidate], tolerance: float) -> list[Candidate]:
+    """The candidates at or above ``(1 - tolerance)`` of the best."""
+    if not candidates:
+        return []
+    best = max(c.samples_per_s for c in candidates)
+    return [c for c in candidates if c.samples_per_s >= best * (1.0 - tolerance)]
+
+
+def cheapest_within(candidates: Sequence[Candidate], tolerance: float) -> Candidate:
+    """The cheapest candidate within ``tolerance`` of the best; ties go to the faster.
+
+    Raises:
+        ValueError: no candidates.
+    """
+    eligible = within(candidates, tolerance)
+    if not eligible:
+        raise ValueError("no candidates to choose from")
+    return min(eligible, key=lambda c: (cost(c.settings), -c.samples_per_s))
+
+
+def finalists(candidates: Sequence[Candidate], tolerance: float, limit: int) -> list[Candidate]:
+    """The configs worth measuring again before choosing.
+
+    Those within twice the tolerance of the best (one lucky or unlucky window
+    can move a figure that much), taken alternately fastest-first and
+    cheapest-first, so both the best and the cheap contenders are confirmed.
+    """
+    if limit < 1:
+        raise ValueError(f"The value of `limit` is {limit}, but must be `limit >= 1`.")
+    near = within(merge(candidates), 2 * tolerance)
+    by_speed = sorted(near, key=lambda c: -c.samples_per_s)
+    by_cost = sorted(near, key=lambda c: (cost(c.settings), -c.samples_per_s))
+    chosen: list[Candidate] = []
+    seen: set[str] = set()
+    for pair in zip_longest(by_speed, by_cost):
+        for candidate in pair:
+            if candidate is None or candidate.settings.key() in seen:
+                continue
+            seen.add(candidate.settings.key())
+            chosen.append(candidate)
+            if len(chosen) == limit:
+                return chosen
+    return chosen

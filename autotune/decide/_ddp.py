@@ -1,0 +1,235 @@
+"""The DDP stage: the chosen config run as real DDP on every rank, its DDP keywords tuned.
+
+After choosing (every trial measured one rank with its share of the node), the
+winner, and with ``ddp_finalists`` every finalist, is run as
+DistributedDataParallel across all ranks (NCCL on GPUs, gloo on CPU), each
+rank with its own loader and ``DistributedSampler``. That gives the aggregate
+samples/s and the scaling efficiency: aggregate / (ranks x one rank alone).
+
+Then the DDP keywords that matter for this model are tuned, one at a time from
+DDP's defaults, each measured: ``gradient_as_bucket_view`` and
+``static_graph`` always; ``bucket_cap_mb`` when the gradients span more than
+one bucket; buffer broadcasting when the model has buffers. A keyword keeps
+its default unless another value is faster by more than the tolerance and the noise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from torch.nn.parallel import DistributedDataParallel
+
+from autotune._format import format_rate
+from autotune.decide._choose import Candidate, cheapest_within
+from autotune.probe import Figures, ProbeRequest, run_probe
+from autotune.probe._placement import Placement
+from autotune.progress._progress import Progress
+from autotune.result._ddp import DdpMeasurement, DdpResult
+from autotune.settings._settings import Settings
+from autotune.workload._options import SearchOptions
+
+if TYPE_CHECKING:
+    from autotune.result._result import Measurement
+
+BUCKET_CAP_MB = 25
+"""DDP's default bucket size."""
+BUCKET_CHOICES = (5, 100)
+"""Bucket sizes tried besides the default."""
+_MIB = 2**20
+
+
+def buffer_keyword() -> str:
+    """The DDP keyword that turns off broadcasting buffers each forward in this torch
+    (``forward_sync_buffers`` replaced ``broadcast_buffers`` in recent versions)."""
+    parameters = inspect.signature(DistributedDataParallel.__init__).parameters
+    return "forward_sync_buffers" if "forward_sync_buffers" in parameters else "broadcast_buffers"
+
+
+def default_kwargs(buffers: bool) -> dict[str, Any]:
+    """DDP's own defaults for the knobs tuned here."""
+    kwargs: dict[str, Any] = {
+        "bucket_cap_mb": BUCKET_CAP_MB,
+        "gradient_as_bucket_view": False,
+        "static_graph": False,
+    }
+    if buffers:
+        kwargs[buffer_keyword()] = True
+    return kwargs
+
+
+def knob_grid(info: dict[str, Any]) -> tuple[list[tuple[str, tuple[Any, ...]]], list[str]]:
+    """The DDP knobs worth measuring for this model (with the values to try besides the
+    default), and notes on those left out."""
+    grid: list[tuple[str, tuple[Any, ...]]] = [
+        ("gradient_as_bucket_view", (True,)),
+        ("static_graph", (True,)),
+    ]
+    notes = []
+    gradient_bytes = info.get("gradient_bytes")
+    if gradient_bytes is None or gradient_bytes > min(BUCKET_CHOICES) * _MIB:
+        grid.append(("bucket_cap_mb", BUCKET_CHOICES))
+    else:
+        notes.append(
+            f"bucket_cap_mb: left out: the gradients ({gradient_bytes / 2**10:,.0f} KiB) fit "
+            "in one bucket of any size tried."
+        )
+    if info.get("buffers"):
+        grid.append((buffer_keyword(), (False,)))
+    else:
+        notes.append(f"{buffer_keyword()}: left out: the model has no buffers.")
+    return grid, notes
+
+
+def planned_probes(info: dict[str, Any], options: SearchOptions, finalists: int) -> int:
+    """DDP probes the stage will run (one more if the model turns out to have unused
+    parameters)."""
+    knobs = sum(len(values) for _, values in knob_grid(info)[0]) if options.ddp_knobs else 0
+    return (max(1, finalists) if options.ddp_finalists else 1) + knobs
+
+
+def keep_default_unless_faster(
+    default: Any,
+    base: Figures,
+    tried: Sequence[tuple[Any, Figures | None]],
+    tolerance: float,
+) -> Any:
+    """The default value, unless a tried value beat it by more than ``tolerance`` and
+    more than twice the noise of the two measurements (their windows' spread over the
+    square root of their count); then the fastest such value. A failed try (None) never
+    wins."""
+    choice, best = default, base.samples_per_s
+    for value, figures in tried:
+        if figures is None:
+            continue
+        margin = max(tolerance, 2.0 * _noise(base, figures))
+        rate = figures.samples_per_s
+        if rate > base.samples_per_s * (1.0 + margin) and rate > best:
+            choice, best = value, rate
+    return choice
+
+
+def _noise(a: Figures, b: Figures) -> float:
+    """Relative standard error of the difference of two throughputs."""
+    return math.sqrt(sum(f.window_spread**2 / max(1, len(f.windows)) for f in (a, b)))
+
+
+class _Prober:
+    """Runs DDP probes of one search and keeps every measurement."""
+
+    def __init__(self, placement: Placement, template: ProbeRequest, progress: Progress) -> None:
+        self.placement = placement
+        self.template = template
+        self.progress = progress
+        self.measurements: list[DdpMeasurement] = []
+
+    def __call__(self, settings: Settings, kwargs: dict[str, Any], role: str) -> DdpMeasurement:
+        request = self.placement.ddp_request(
+            dataclasses.replace(self.template, settings=settings), kwargs
+        )
+        result = run_probe(request)
+        measurement = DdpMeasurement(
+            settings=settings,
+            kwargs=dict(kwargs),
+            figures=result.figures,
+            failure=result.failure,
+            role=role,
+        )
+        self.measurements.append(measurement)
+        changed = ", ".join(f"{k}={v!r}" for k, v in sorted(kwargs.items()))
+        outcome = (
+            f"FAILED ({result.failure.kind}): {result.failure.message}"
+            if result.failure
+            else f"{format_rate(result.figures.samples_per_s)} samples/s"
+        )
+        self.progress.message(f"ddp {role:<8} {settings.describe()} [{changed}]  {outcome}")
+        return measurement
+
+
+def run_ddp_stage(
+    *,
+    placement: Placement,
+    template: ProbeRequest,
+    winner: Measurement,
+    finalists: Sequence[Measurement],
+    info: dict[str, Any],
+    options: SearchOptions,
+    progress: Progress,
+    user_batch_size: int,
+    later: int = 0,
+) -> tuple[Measurement, DdpResult]:
+    """DDP-probe the winner (or every finalist), tune the DDP keywords, and return the
+    winner (another finalist when DDP figures chose it) with the ``ddp`` section;
+    ``later`` probes follow the stage (for the progress estimate)."""
+    probe = _Prober(placement, template, progress)
+    buffers = bool(info.get("buffers"))
+    base = default_kwargs(buffers)
+    notes: list[str] = []
+    contenders = list(finalists) if options.ddp_finalists and finalists else [winner]
+    if winner.settings not in [c.settings for c in contenders]:
+        contenders.insert(0, winner)
+    progress.phase(
+        "ddp",
+        f"{len(contenders)} config(s) as DDP across {placement.describe()} ({placement.backend})",
+    )
+    progress.plan("ddp", planned_probes(info, options, len(contenders)), None, later=later)
+    runs: dict[str, DdpMeasurement] = {}
+    for contender in contenders:
+        role = "winner" if contender.settings == winner.settings else "finalist"
+        run = probe(contender.settings, base, role)
+        if run.failure is not None and "find_unused_parameters" in run.failure.message:
+            # DDP's own advice: some parameters get no gradient in a step.
+            base = {**base, "find_unused_parameters": True}
+            notes.append("find_unused_parameters=True: some parameters get no gradient.")
+            run = probe(contender.settings, base, role)
+        runs[contender.settings.key()] = run
+    measured = [Candidate(m.settings, m.samples_per_s) for m in runs.values() if m.samples_per_s]
+    if len(measured) > 1:
+        pick = cheapest_within(measured, options.tolerance).settings
+        winner = next(c for c in contenders if c.settings == pick)
+    chosen = runs[winner.settings.key()]
+    kwargs = dict(base)
+    if chosen.failure is None and options.ddp_knobs:
+        chosen, kwargs, knob_notes = _tune_knobs(probe, chosen, kwargs, info, options.tolerance)
+        notes += knob_notes
+    result = DdpResult(
+        world_size=placement.ranks,
+        backend=placement.backend,
+        device_type=placement.device_type,
+        settings=winner.settings,
+        kwargs=kwargs,
+        rank_cpus=placement.rank_cpus,
+        user_batch_size=user_batch_size,
+        visible=placement.visible,
+        figures=chosen.figures if chosen.failure is None else None,
+        single_samples_per_s=winner.samples_per_s,
+        measurements=tuple(probe.measurements),
+        notes=tuple(notes),
+        failure=chosen.failure,
+    )
+    return winner, result
+
+
+def _tune_knobs(
+    probe: _Prober,
+    current: DdpMeasurement,
+    kwargs: dict[str, Any],
+    info: dict[str, Any],
+    tolerance: float,
+) -> tuple[DdpMeasurement, dict[str, Any], list[str]]:
+    grid, notes = knob_grid(info)
+    for knob, values in grid:
+        tried: list[tuple[Any, Figures | None]] = []
+        runs = {}
+        for value in values:
+            run = probe(current.settings, {**kwargs, knob: value}, "knob")
+            tried.append((value, None if run.failure else run.figures))
+            runs[repr(value)] = run
+        choice = keep_default_unless_faster(kwargs[knob], current.figures, tried, tolerance)
+        if choice != kwargs[knob]:
+            kwargs = {**kwargs, knob: choice}
+            current = runs[repr(choice)]
+    return current, kwargs, notes

@@ -1,0 +1,29 @@
+"""Exploring: the compute bounds measured first, then the backends that propose configs
+and prune the slow ones (embedded Optuna, Ray Tune), and the rules every trial follows."""
+
+from __future__ import annotations
+
+from autotune.explore._backend import Backend, ExplorePlan
+
+
+def get_backend(name: str) -> Backend:
+    """The backend called ``name``.
+
+    Raises:
+        ConfigError: no backend has that name.
+        MissingExtraError: the backend's optional dependency is not installed.
+    """
+    from autotune._errors import ConfigError
+
+    if name in ("optuna", "embedded"):
+        from autotune.explore._embedded import EmbeddedBackend
+
+        return EmbeddedBackend()
+    if name == "ray":
+        from autotune.explore._ray import RayBackend
+
+        return RayBackend()
+    raise ConfigError(f"backend is {name!r}; expected 'optuna' or 'ray'.")
+
+
+__all__ = ["Backend", "ExplorePlan", "get_backend"]

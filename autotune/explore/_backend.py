@@ -1,0 +1,63 @@
+"""Backends: who proposes configs and prunes the slow ones.
+
+A backend receives an :class:`ExplorePlan` and runs trials into the plan's
+Optuna study. The embedded backend runs Optuna in this process; the Ray
+backend runs the same probes on Ray Tune (local or a cluster) and records
+them into the same study, in the same format.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Protocol
+
+import optuna
+
+from autotune.explore._bounds import Bounds
+from autotune.probe import Failure, ProbeRequest
+from autotune.probe._placement import Slot
+from autotune.progress._progress import Progress
+from autotune.settings._settings import Settings
+from autotune.space._space import Space
+from autotune.workload._options import SearchOptions
+
+
+@dataclasses.dataclass(kw_only=True)
+class ExplorePlan:
+    """Everything a backend needs to explore a space into a study."""
+
+    study: optuna.Study
+    space: Space
+    template: ProbeRequest
+    """A request for the workload and device; each trial replaces its settings."""
+    warm_starts: tuple[Settings, ...]
+    """Configs tried first (enqueued), so the sampler starts from sensible points."""
+    options: SearchOptions
+    progress: Progress
+    fatal: Failure | None = None
+    """Set by the backend when every config fails the same way (the user's code is broken)."""
+    bounds: Bounds | None = None
+    """Compute ceilings by batch size, AMP and threads: configs that cannot come near the
+    best are skipped, and exploration stops once the best nears the highest."""
+    slots: tuple[Slot, ...] = ()
+    """Where trials run, one at a time per slot, as many at once as there are slots (one
+    per DDP rank: its GPU and CPU share); empty: the template as it is, one at a time."""
+
+
+class Backend(Protocol):
+    """Runs the exploration phase of a search."""
+
+    name: str
+
+    def explore(self, plan: ExplorePlan) -> None:
+        """Run up to ``plan.options.trials`` trials (or until ``timeout``) into the study."""
+
+    def measure(self, plan: ExplorePlan, settings: list[Settings], roles: list[str]) -> str:
+        """Measure each config fully (no pruning) as trials tagged with a new group id;
+        returns the group id."""
+
+    def close(self) -> None:
+        """Release what the backend holds (a Ray session); called once, at the end."""
+
+
+__all__ = ["Backend", "ExplorePlan"]

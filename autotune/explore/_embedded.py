@@ -1,0 +1,121 @@
+"""The embedded backend: Optuna in this process, TPE proposing, ASHA pruning.
+
+Trials run one at a time per slot: concurrent probes that shared cores would
+corrupt each other's figures. With several slots (one per DDP rank, each its
+own GPU and CPU share) as many trials run at once, in Optuna's threads, as the
+ranks of a DDP run would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import warnings
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from types import FrameType
+
+import optuna
+from optuna.exceptions import ExperimentalWarning
+
+from autotune.explore._backend import ExplorePlan
+from autotune.explore._objective import Objective, run_fixed
+from autotune.explore._rules import TrialFailed
+from autotune.explore._trials import enqueue_warm_starts, group_attrs
+from autotune.settings._settings import Settings
+from autotune.study._study import quiet_optuna
+
+N_STARTUP_TRIALS = 6
+
+
+def sampler(seed: int | None) -> optuna.samplers.BaseSampler:
+    """TPE over the conditional space: multivariate and grouped, because
+    prefetch_factor and persistent_workers exist only with workers; its constant
+    liar keeps trials running in parallel from being proposed the same config."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ExperimentalWarning)
+        return optuna.samplers.TPESampler(
+            seed=seed,
+            multivariate=True,
+            group=True,
+            n_startup_trials=N_STARTUP_TRIALS,
+            constant_liar=True,
+        )
+
+
+def pruner(min_windows: int, reduction_factor: int) -> optuna.pruners.BasePruner:
+    """ASHA: Optuna's SuccessiveHalvingPruner, rungs at min_windows * rf**k windows."""
+    return optuna.pruners.SuccessiveHalvingPruner(
+        min_resource=min_windows, reduction_factor=reduction_factor
+    )
+
+
+class EmbeddedBackend:
+    """Optuna in this process."""
+
+    name = "optuna"
+
+    def _prepare(self, plan: ExplorePlan, *, exploring: bool) -> Objective:
+        plan.study.sampler = sampler(plan.options.seed)
+        plan.study.pruner = pruner(plan.options.min_windows, plan.options.reduction_factor)
+        return Objective(plan, exploring=exploring)
+
+    def explore(self, plan: ExplorePlan) -> None:
+        objective = self._prepare(plan, exploring=True)
+        enqueue_warm_starts(plan)
+        with quiet_optuna(), _interrupts(objective):
+            plan.study.optimize(
+                objective,
+                n_trials=plan.options.trials,
+                timeout=plan.options.timeout,
+                n_jobs=max(1, len(plan.slots)),
+                catch=(TrialFailed,),
+                callbacks=[objective.after],
+            )
+
+    def measure(self, plan: ExplorePlan, settings: list[Settings], roles: list[str]) -> str:
+        objective = self._prepare(plan, exploring=False)
+        group, attrs = group_attrs(settings, roles)
+        jobs = max(1, min(len(plan.slots), len(settings)))
+        with quiet_optuna(), _interrupts(objective):
+            if jobs == 1:
+                for trial_attrs in attrs:
+                    run_fixed(plan.study, objective, trial_attrs)
+            else:
+                pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="autotune-measure")
+                try:
+                    for _ in pool.map(lambda a: run_fixed(plan.study, objective, a), attrs):
+                        pass
+                finally:
+                    pool.shutdown(wait=True, cancel_futures=True)  # Ctrl-C: start no more
+        return group
+
+    def close(self) -> None:
+        """Nothing to release: everything ran in this process."""
+
+
+@contextlib.contextmanager
+def _interrupts(objective: Objective) -> Iterator[None]:
+    """On Ctrl-C, tell trials running in Optuna's threads to stop at their next window
+    (the main thread's KeyboardInterrupt waits for them), then interrupt as usual."""
+    if objective.pool is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if previous == signal.SIG_IGN:
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        objective.interrupted.set()
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -1,0 +1,98 @@
+"""The embedded backend's objective: one trial, sampled, probed in its slot, reported
+window by window to Optuna's pruner, and recorded by the shared :class:`TrialRules`."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.explore._backend import ExplorePlan
+from autotune.explore._rules import TrialFailed, TrialRules
+from autotune.explore._trials import fixed_trial
+from autotune.probe import Failure, Figures, ProbeResult, Window, run_probe
+from autotune.probe._placement import PLACEMENT, Slot, SlotPool
+from autotune.settings._settings import Settings
+
+
+class Objective:
+    """The function Optuna calls for each trial of the embedded backend."""
+
+    def __init__(self, plan: ExplorePlan, *, exploring: bool = True) -> None:
+        self.plan = plan
+        self.rules = TrialRules(plan, exploring=exploring, backend="optuna")
+        self.pool = SlotPool(plan.slots) if plan.slots else None
+        self.interrupted = threading.Event()
+        """Set on Ctrl-C while trials run in threads: they stop at their next window."""
+
+    def __call__(self, trial: optuna.Trial) -> float:
+        try:
+            role, settings = self.rules.begin(trial)
+            self.plan.progress.trial_started(trial.number, role, settings)
+            outcome = self.rules.settled(trial, settings, role)
+            if outcome is None:
+                result = self._probe(trial, settings, prunable=role == "explore")
+                outcome = self.rules.conclude(trial, settings, result)
+        except KeyboardInterrupt:
+            # Wherever in the trial Ctrl-C lands, the trial says why it failed.
+            self.rules.interrupted(trial)
+            raise
+        return outcome.unwrap()
+
+    def _probe(self, trial: optuna.Trial, settings: Settings, *, prunable: bool) -> ProbeResult:
+        request = dataclasses.replace(self.plan.template, settings=settings, mode="train")
+
+        def on_window(window: Window, so_far: Figures) -> bool:
+            value = so_far.samples_per_s
+            trial.report(value, len(so_far.windows))
+            self.plan.progress.window(trial.number, window, value)
+            if self.interrupted.is_set():
+                return False
+            return not (prunable and trial.should_prune())
+
+        with self._slot() as slot:
+            if slot is not None:
+                request = slot.apply(request)
+            result = run_probe(request, on_window=on_window)
+        if slot is not None:
+            trial.set_user_attr(PLACEMENT, {**slot.to_dict(), "cpus_seen": result.info.get("cpus")})
+        if self.interrupted.is_set() and result.failure is None:
+            interrupted = Failure(kind="interrupted", message="interrupted (Ctrl-C)")
+            return dataclasses.replace(result, failure=interrupted, stopped=False)
+        return result
+
+    @contextlib.contextmanager
+    def _slot(self) -> Iterator[Slot | None]:
+        if self.pool is None:
+            yield None
+            return
+        with self.pool.acquire() as slot:
+            yield slot
+
+    def after(self, study: optuna.Study, frozen: FrozenTrial) -> None:
+        """Optuna callback: show the trial, and stop on a failure every config shares."""
+        if self.rules.after(study, frozen):
+            study.stop()
+
+
+def run_fixed(study: optuna.Study, objective: Objective, attrs: dict[str, Any]) -> None:
+    """Run one trial with given attributes (a config to measure) as its own trial, not
+    through Optuna's queue (see :func:`fixed_trial`)."""
+    trial = fixed_trial(study, attrs)
+    try:
+        value = objective(trial)
+    except TrialFailed:
+        study.tell(trial, state=TrialState.FAIL)
+    except optuna.TrialPruned:
+        study.tell(trial, state=TrialState.PRUNED)
+    except BaseException:
+        study.tell(trial, state=TrialState.FAIL)
+        raise
+    else:
+        study.tell(trial, value)
+    objective.after(study, study._storage.get_trial(trial._trial_id))

@@ -1,0 +1,342 @@
+"""The driver's side of a Ray Tune run: propose through the study, record into it.
+
+Ray Tune runs the trials; everything that decides what a trial means happens
+here, on the driver, with the rules every backend shares:
+
+- :class:`TrialBook` keeps the Tune trials of one run and the Optuna trials
+  they are, and records each ended trial into the study exactly as the
+  embedded backend would (figures, failure, intermediate values), plus the
+  node it ran on;
+- :class:`StudySearch` is Ray's OptunaSearch on the search's own study with
+  the embedded backend's sampler; configs that need no probe (a repeat, one
+  ruled out by an out-of-memory) are settled there and never reach Ray;
+- :class:`PruningASHA` is Ray's ASHAScheduler, remembering whom it stopped:
+  those trials are PRUNED (OptunaSearch alone would record them COMPLETE);
+- :class:`StudyRecorder` hears from Tune when trials start, report and end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import warnings
+from collections.abc import Iterable
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+from ray.tune import Callback
+from ray.tune.schedulers import ASHAScheduler
+from ray.tune.search import Searcher
+from ray.tune.search.optuna import OptunaSearch
+from ray.tune.stopper import Stopper
+
+from autotune.explore._backend import ExplorePlan
+from autotune.explore._embedded import sampler
+from autotune.explore._ray_worker import METRIC, NUMBER_KEY, SETTINGS_KEY, TIME_ATTR
+from autotune.explore._rules import Outcome, TrialRules
+from autotune.explore._trials import fixed_trial, report_windows
+from autotune.probe import Failure, Figures, ProbeResult, Window
+from autotune.settings._settings import Settings
+from autotune.study._study import NODE
+
+
+@dataclasses.dataclass
+class _Running:
+    """A proposed trial on its way through Ray."""
+
+    trial: optuna.Trial
+    role: str
+    settings: Settings
+    tune_id: str | None = None
+    figures: Figures = dataclasses.field(default_factory=Figures)
+    failure: Failure | None = None
+    node: dict[str, Any] | None = None
+    started: bool = False
+    pruned: bool = False
+
+
+class TrialBook:
+    """The trials of one Tune run, and their recording into the study."""
+
+    def __init__(
+        self,
+        plan: ExplorePlan,
+        *,
+        exploring: bool,
+        count: int,
+        timeout: float | None,
+        fixed: list[dict[str, Any]] | None = None,
+    ) -> None:
+        self.plan = plan
+        self.fixed = list(fixed or [])
+        """The attributes of the trials to run, in order, when this run measures given
+        configs (a confirming round) rather than asking the sampler."""
+        self.rules = TrialRules(plan, exploring=exploring, backend="ray")
+        self.count = count
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.asked = 0
+        self.stopping = False
+        """No new trial: the budget is spent, or the rules ended exploration."""
+        self._proposed: dict[int, _Running] = {}
+        self._by_tune_id: dict[str, _Running] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Tune pickles its searcher, scheduler and callbacks (all holding the book) to
+        # restore an experiment later; a search resumes from its study instead, and the
+        # book (a study, a progress display) lives in this process only.
+        return {}
+
+    # ----------------------------------------------------------------- proposing
+    def exhausted(self) -> bool:
+        """Whether no more trials may be proposed in this run."""
+        late = self.deadline is not None and time.monotonic() > self.deadline
+        return self.stopping or self.asked >= self.count or late
+
+    def propose(self, trial: Any) -> dict[str, Any]:
+        """OptunaSearch's define-by-run space: the config of one trial (``trial`` is
+        Ray's wrapper around an ``optuna.Trial`` that captures what it suggests)."""
+        role, settings = self.rules.begin(trial)
+        self._proposed[trial.number] = _Running(trial=trial.ot_trial, role=role, settings=settings)
+        return {NUMBER_KEY: trial.number, SETTINGS_KEY: settings.to_dict()}
+
+    def settle(self, number: int) -> bool:
+        """Settle a proposal that needs no probe (recorded now); False if it must run."""
+        self.asked += 1
+        running = self._proposed[number]
+        outcome = self.rules.settled(running.trial, running.settings, running.role)
+        if outcome is None:
+            return False
+        self._tell(running, outcome)
+        return True
+
+    def attach(self, number: int, tune_id: str) -> None:
+        running = self._proposed[number]
+        running.tune_id = tune_id
+        self._by_tune_id[tune_id] = running
+
+    # ----------------------------------------------------------------- from Tune
+    def started(self, tune_id: str) -> None:
+        running = self._by_tune_id.get(tune_id)
+        if running is not None:
+            running.started = True
+            self.plan.progress.trial_started(running.trial.number, running.role, running.settings)
+
+    def reported(self, tune_id: str, result: dict[str, Any]) -> None:
+        running = self._by_tune_id.get(tune_id)
+        if running is None or "figures" not in result:
+            return
+        running.figures = Figures.from_dict(result["figures"])
+        running.node = result.get("node")
+        if result.get("failure"):
+            running.failure = Failure.from_dict(result["failure"])
+            return
+        if running.figures.windows:
+            window: Window = running.figures.windows[-1]
+            self.plan.progress.window(running.trial.number, window, running.figures.samples_per_s)
+
+    def pruned(self, tune_id: str) -> None:
+        running = self._by_tune_id.get(tune_id)
+        if running is not None:
+            running.pruned = True
+
+    def ended(self, tune_id: str, error: BaseException | None = None) -> None:
+        """Record a Tune trial that ended, as the study's trial it is."""
+        running = self._by_tune_id.get(tune_id)
+        if running is None or running.trial.number not in self._proposed:
+            return
+        failure = running.failure
+        if error is not None:
+            failure = failure_of(error)
+        if running.node is not None:
+            running.trial.set_user_attr(NODE, running.node)
+        report_windows(running.trial, running.figures)
+        complete = len(running.figures.windows) >= self.plan.template.max_windows
+        if failure is None and not complete and not running.pruned:
+            message = (
+                "not finished: the search ended while it ran"
+                if running.started
+                else "not run: the search ended before this trial started"
+            )
+            self._tell(running, self.rules.interrupted(running.trial, message))
+            return
+        result = ProbeResult(
+            figures=running.figures, failure=failure, stopped=failure is None and not complete
+        )
+        self._tell(running, self.rules.conclude(running.trial, running.settings, result))
+
+    def abandon(self, message: str) -> None:
+        """Record every trial still open (proposed or running) as interrupted."""
+        for running in list(self._proposed.values()):
+            self._tell(running, self.rules.interrupted(running.trial, message))
+
+    def reconcile(self, results: Iterable[Any]) -> None:
+        """After Tune's run: record from its ResultGrid any trial the events did not end
+        (with its error, or as interrupted), so no error of the grid is ever dropped; then
+        any proposal that never ran."""
+        for result in results:
+            number = (result.config or {}).get(NUMBER_KEY)
+            running = self._proposed.get(number) if number is not None else None
+            if running is None or running.tune_id is None:
+                continue
+            self.ended(running.tune_id, error=result.error)
+        self.abandon("not run: the search ended before this trial started")
+
+    def _tell(self, running: _Running, outcome: Outcome) -> None:
+        self._proposed.pop(running.trial.number, None)
+        value = outcome.value if outcome.state == TrialState.COMPLETE else None
+        frozen: FrozenTrial = self.plan.study.tell(running.trial, value, state=outcome.state)
+        if self.rules.after(self.plan.study, frozen):
+            self.stopping = True
+
+
+def failure_of(error: BaseException) -> Failure:
+    """What a Tune trial's error means: a Ray worker that died (a node lost with it),
+    Ray's memory monitor, or an error in Ray itself. (A probe's own failure arrives as
+    its last result, not as an error.)"""
+    from ray import exceptions
+
+    cause = getattr(error, "cause", None) or error
+    text = str(error).strip()
+    last = text.splitlines()[-1].strip() if text else type(error).__name__
+    if isinstance(cause, exceptions.OutOfMemoryError) or "memory monitor" in text:
+        return Failure(
+            kind="oom",
+            message=f"Ray's memory monitor killed the trial's worker: {last}",
+            traceback=text,
+        )
+    if isinstance(cause, exceptions.RayActorError | exceptions.NodeDiedError):
+        return Failure(
+            kind="crash", message=f"the Ray worker running the trial died: {last}", traceback=text
+        )
+    return Failure(kind="error", message=f"the trial failed in Ray: {last}", traceback=text)
+
+
+class StudySearch(OptunaSearch):
+    """Ray's OptunaSearch on the search's own study, with the embedded backend's sampler."""
+
+    def __init__(self, book: TrialBook) -> None:
+        study = book.plan.study
+        super().__init__(
+            space=book.propose,
+            metric=METRIC,
+            mode="max",
+            sampler=sampler(book.plan.options.seed),
+            study_name=study.study_name,
+            storage=study._storage,  # Optuna has no public accessor; the same RDB storage
+        )
+        self.book = book
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | None:
+        while not self.book.exhausted():
+            with warnings.catch_warnings():
+                # Trials asked outside Study.optimize get no heartbeat; the driver tells
+                # every one of them before it ends, even on Ctrl-C.
+                warnings.filterwarnings("ignore", message=".*Heartbeat of storage.*")
+                if self.book.fixed and trial_id not in self._ot_trials:
+                    # A config to measure: its trial made here, which OptunaSearch then
+                    # uses instead of asking the study's queue.
+                    self._ot_trials[trial_id] = fixed_trial(
+                        self.book.plan.study, self.book.fixed.pop(0)
+                    )
+                config = super().suggest(trial_id)
+            if config is None:
+                return None
+            number = int(config[NUMBER_KEY])
+            if not self.book.settle(number):
+                self.book.attach(number, trial_id)
+                return config
+            del self._ot_trials[trial_id]  # settled here: ask again for this Tune trial
+        return Searcher.FINISHED  # type: ignore[return-value]  # Ray's annotation omits it
+
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        """Recorded by :class:`StudyRecorder` when the trial ends, every window at once."""
+
+    def on_trial_complete(
+        self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
+    ) -> None:
+        """Recorded by :class:`StudyRecorder`, which knows why the trial ended."""
+
+    def save(self, checkpoint_path: str) -> None:
+        """Nothing to save: the study is the search's state."""
+
+    def restore(self, checkpoint_path: str) -> None:
+        """Nothing to restore: a search resumes from its study."""
+
+
+class PruningASHA(ASHAScheduler):
+    """Ray's ASHAScheduler over the probe's windows; remembers the trials it stopped."""
+
+    def __init__(self, book: TrialBook, *, min_windows: int, reduction_factor: int) -> None:
+        super().__init__(
+            time_attr=TIME_ATTR,
+            metric=METRIC,
+            mode="max",
+            max_t=book.plan.template.max_windows,
+            grace_period=min_windows,
+            reduction_factor=reduction_factor,
+        )
+        self.book = book
+
+    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
+        decision: str = super().on_trial_result(tune_controller, trial, result)
+        if decision == self.STOP:
+            self.book.pruned(trial.trial_id)
+        return decision
+
+
+class StudyRecorder(Callback):
+    """Tune's events about trials, handed to the book."""
+
+    def __init__(self, book: TrialBook) -> None:
+        self.book = book
+
+    def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self.book.started(trial.trial_id)
+
+    def on_trial_result(
+        self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any], **info: Any
+    ) -> None:
+        self.book.reported(trial.trial_id, result)
+
+    def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self.book.ended(trial.trial_id)
+
+    def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self.book.ended(trial.trial_id, error=trial_error(trial))
+
+
+class StopOnFatal(Stopper):
+    """Ends every running trial once the rules found a failure every config shares."""
+
+    def __init__(self, book: TrialBook) -> None:
+        self.book = book
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        return self.book.plan.fatal is not None
+
+
+def trial_error(trial: Any) -> BaseException:
+    """The exception a Tune trial ended with, read back from the file Tune wrote it to."""
+    from ray import cloudpickle
+
+    path = trial.pickled_error_file
+    if path:
+        try:
+            with open(path, "rb") as handle:
+                error = cloudpickle.load(handle)
+            if isinstance(error, BaseException):
+                return error
+        except Exception:  # unreadable: fall back to the text Tune also wrote
+            pass
+    text = ""
+    if trial.error_file:
+        try:
+            with open(trial.error_file) as handle:
+                text = handle.read()
+        except OSError:
+            pass
+    return RuntimeError(text.strip() or "the trial failed in Ray (no error was recorded)")

@@ -1,0 +1,95 @@
+"""Loading tuned settings later: from a study, a study name, or exported JSON."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import optuna
+
+from autotune._errors import FingerprintWarning, StudyError
+from autotune.decide._choose import Candidate, cheapest_within
+from autotune.machine._machine import Machine, detect_machine
+from autotune.result._result import Measurement, SearchResult
+from autotune.study._study import RESULT, open_study, read_meta, records, resolve
+
+
+def load(source: str | Path | optuna.Study, *, check_machine: bool = True) -> SearchResult:
+    """The settings a search chose, read back without searching again.
+
+    Args:
+        source: a study file (``studies/quickstart.db``), a study name
+            (``quickstart``), an ``optuna.Study``, or JSON written by ``autotune export``.
+        check_machine: warn (:class:`FingerprintWarning`) when this machine differs from
+            the one the settings were tuned on.
+
+    Raises:
+        StudyError: the study is missing, unreadable, or has no finished trial.
+    """
+    if isinstance(source, optuna.Study):
+        result = result_of(source)
+    elif str(source).endswith(".json"):
+        result = SearchResult.from_json_file(Path(source))
+    else:
+        path, name = resolve(source, Path(str(source)).stem)
+        result = result_of(open_study(path, name, create=False), path=path)
+    if check_machine:
+        warn_if_moved(result)
+    return result
+
+
+def result_of(study: optuna.Study, *, path: Path | None = None) -> SearchResult:
+    """The study's saved result; for a search that never finished, the cheapest
+    config within tolerance of its best trial (not re-measured, ``confirmed=False``)."""
+    meta = read_meta(study)
+    saved = study.user_attrs.get(RESULT)
+    if saved:
+        return SearchResult.from_dict(saved)
+    measured = [
+        r
+        for r in records(study)
+        if r.state in ("COMPLETE", "PRUNED")
+        and r.settings is not None
+        and r.figures is not None
+        and r.value is not None
+        and r.role != "baseline"
+    ]
+    if not measured:
+        raise StudyError(
+            f"study {study.study_name!r} has no finished trial to take settings from; "
+            "run `autotune search` on it first."
+        )
+    tolerance = float(meta.get("options", {}).get("tolerance", 0.03))
+    pick = cheapest_within(
+        [Candidate(r.settings, r.value) for r in measured if r.settings and r.value], tolerance
+    )
+    record = next(r for r in measured if r.settings == pick.settings)
+    assert record.settings is not None and record.figures is not None
+    return SearchResult(
+        settings=record.settings,
+        figures=record.figures,
+        device=str(meta.get("device", "cpu")),
+        machine=Machine.from_dict(meta.get("machine", {})),
+        finalists=(Measurement(settings=record.settings, figures=record.figures),),
+        tolerance=tolerance,
+        confirmed=False,
+        workload=dict(meta.get("workload", {})),
+        study_path=str(path) if path else None,
+        study_name=study.study_name,
+    )
+
+
+def warn_if_moved(result: SearchResult) -> None:
+    """Warn (FingerprintWarning) when this machine differs from the one ``result`` was
+    tuned on, naming what differs."""
+    if not result.machine.cpus:
+        return
+    here = detect_machine(result.device if result.device != "cpu" else None)
+    differences = result.machine.differences(here)
+    if differences:
+        warnings.warn(
+            "these settings were tuned on another machine (" + "; ".join(differences) + "); "
+            "they may not be the best here: run `autotune search` on this machine.",
+            FingerprintWarning,
+            stacklevel=3,
+        )

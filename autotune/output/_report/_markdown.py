@@ -1,0 +1,70 @@
+"""The report as Markdown: for a terminal or a pull request (no plots)."""
+
+from __future__ import annotations
+
+from autotune._format import format_rate
+from autotune.output._report._data import TRIAL_COLUMNS, ReportData, trial_row
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(data: ReportData) -> str:
+    """The whole report as Markdown text."""
+    lines = [f"# autotune report: {data.study_name}", ""]
+    lines.append(f"{data.path or ''} · {data.counts()}".lstrip(" ·"))
+    lines.append("")
+    lines.extend(f"- **{label}**: {value}" for label, value in data.facts())
+    lines += ["", "## Diagnosis: where the time goes", ""]
+    if not data.diagnoses:
+        lines.append(f"No settings chosen yet: {data.no_result}")
+    for diagnosis in data.diagnoses:
+        lines.append(f"### {diagnosis.subject.capitalize()}: {diagnosis.verdict}")
+        lines.append("")
+        lines.append(f"`{diagnosis.measurement.settings.describe()}`")
+        lines.append("")
+        lines.append("| figure | value |")
+        lines.append("| --- | ---: |")
+        lines.append(f"| trains | {format_rate(diagnosis.samples_per_s)} samples/s |")
+        lines.append(f"| waiting for data | {diagnosis.wait_share:.0%} of each step |")
+        for label, value in (
+            ("compute ceiling", diagnosis.compute_ceiling),
+            ("data ceiling", diagnosis.data_ceiling),
+        ):
+            text = f"{format_rate(value)} samples/s" if value else "not measured"
+            lines.append(f"| {label} | {text} |")
+        if diagnosis.loader_limit and diagnosis.limit_workers:
+            lines.append(
+                f"| loader alone, {diagnosis.limit_workers} workers | "
+                f"{format_rate(diagnosis.loader_limit)} samples/s |"
+            )
+        if diagnosis.of_ceiling is not None:
+            lines.append(f"| of min(ceilings) | {diagnosis.of_ceiling:.0%} |")
+        lines.append("")
+        lines.extend(f"- {advice}" for advice in diagnosis.advice)
+        if diagnosis.advice:
+            lines.append("")
+    result = data.result
+    if result is not None:
+        lines += ["## The chosen settings", ""]
+        summary = f"**{result.settings.describe()}** on {result.device}: "
+        summary += f"{format_rate(result.samples_per_s)} samples/s"
+        if result.baseline is not None and result.speedup is not None:
+            summary += (
+                f", {result.speedup:.2f}x the default DataLoader "
+                f"({format_rate(result.baseline.samples_per_s)} samples/s)"
+            )
+        lines += [summary + ".", "", "```python", result.to_code().rstrip("\n"), "```", ""]
+    lines += ["## Every trial", ""]
+    lines.append("| " + " | ".join(TRIAL_COLUMNS) + " |")
+    lines.append("|" + "|".join(" ---: " for _ in TRIAL_COLUMNS[:-1]) + "| --- |")
+    for point in data.trials:
+        lines.append("| " + " | ".join(_cell(c) for c in trial_row(point.record)) + " |")
+    lines += [
+        "",
+        f"Plots: `autotune report {data.path or 'STUDY'} -o report.html`. "
+        f"Browse the study: `optuna-dashboard sqlite:///{data.path or 'STUDY.db'}`.",
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,24 @@
+"""The probe: one short real training run of one config, in its own process."""
+
+from autotune.probe._protocol import (
+    Failure,
+    Figures,
+    Mode,
+    ProbeRequest,
+    ProbeResult,
+    Window,
+    WorkloadSource,
+)
+from autotune.probe._runner import OnWindow, run_probe
+
+__all__ = [
+    "Failure",
+    "Figures",
+    "Mode",
+    "OnWindow",
+    "ProbeRequest",
+    "ProbeResult",
+    "Window",
+    "WorkloadSource",
+    "run_probe",
+]

@@ -1,0 +1,229 @@
+"""The probe process: one short real training run of one config.
+
+It runs in a fresh process (its own session, so Ctrl-C reaches only the
+search, and the search can kill the probe with all its DataLoader workers),
+builds the workload, and streams figures back per window:
+
+    ("ready", {"startup_s": ...})      the first batch arrived
+    ("window", Window)                 one window of steps measured
+    ("info", {...})                    what a check probe learned
+    ("done", None)                     finished normally
+    ("error", Failure)                 failed, with the reason
+
+A watchdog thread listens to the search: "stop" ends the run at the next
+window edge; the search's end of the pipe closing means the search died, and
+the probe kills its whole process group rather than run on as an orphan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import os
+import resource
+import signal
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+import torch
+
+from autotune.probe._build import (
+    BatchStream,
+    apply_threads,
+    loading_piece,
+    make_dataset,
+    make_model,
+    materialize,
+    placement,
+    seed,
+)
+from autotune.probe._ddp import run_ranks
+from autotune.probe._failure import ReportedFailure, classify
+from autotune.probe._measure import Send, SoloPace, measure
+from autotune.probe._protocol import ProbeRequest
+from autotune.probe._train import (
+    PieceError,
+    Trainer,
+    batch_bytes,
+    batch_length,
+    describe_batch,
+    synchronize,
+    to_device,
+)
+from autotune.settings._loader import build_loader, is_iterable_dataset
+from autotune.workload._workload import Workload
+
+_HELD_BATCHES = (2, 8)
+"""Batches a compute probe holds in memory and trains on in turn: at least, at most."""
+_HOLDING_SECONDS = 0.5
+"""Past this much loading, a compute probe holds what it has (at least the minimum):
+a slow dataset would otherwise cost more to sample than the model costs to measure."""
+
+
+def child_main(request: ProbeRequest, events: Connection, control: Connection) -> None:
+    """Entry point of the probe process."""
+    os.setsid()
+    # A probe or worker that crashes must not leave a core file (maybe gigabytes) behind.
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    for key, value in request.env:
+        os.environ[key] = value
+    if request.cpus:
+        os.sched_setaffinity(0, request.cpus)
+    if request.worker_start_method is not None:
+        multiprocessing.set_start_method(request.worker_start_method, force=True)
+    stop = threading.Event()
+    threading.Thread(target=_watchdog, args=(control, stop), daemon=True).start()
+    # The search chose these worker counts by measuring them.
+    warnings.filterwarnings("ignore", message=".*worker processes in total.*")
+    try:
+        _run(request, events.send, stop)
+        events.send(("done", None))
+    except ReportedFailure as error:
+        events.send(("error", error.failure))
+    except PieceError as error:
+        events.send(("error", classify(error.error, error.piece)))
+    except BaseException as error:  # report anything, then end: this process is disposable
+        events.send(("error", classify(error, None)))
+    finally:
+        events.close()
+
+
+def _watchdog(control: Connection, stop: threading.Event) -> None:
+    try:
+        while True:
+            if control.recv() == "stop":
+                stop.set()
+    except (EOFError, OSError):
+        if not stop.is_set():
+            # The search is gone; nobody will read these figures.
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
+def _run(request: ProbeRequest, send: Send, stop: threading.Event) -> None:
+    if request.mode == "ddp":
+        run_ranks(request, send, stop)
+        return
+    settings = request.settings
+    seed(request.seed)
+    apply_threads(settings.threads, request.cpus)
+    send(("info", placement()))
+    workload = materialize(request.source)
+    device = torch.device(request.device)
+    dataset = make_dataset(workload)
+    stream = _stream(request, workload, dataset)
+    non_blocking = settings.pin_memory and device.type == "cuda"
+    pace = SoloPace(
+        warmup_seconds=request.warmup_seconds,
+        window_seconds=request.window_seconds,
+        send=send,
+        stop=stop,
+    )
+
+    def run(fetch: Callable[[], Any], work: Callable[[Any], None], echo: int) -> None:
+        measure(
+            pace,
+            fetch=fetch,
+            work=work,
+            echo=echo,
+            max_windows=request.max_windows,
+            default_n=settings.batch_size,
+            device=device,
+        )
+
+    if request.mode == "data":
+        run(lambda: to_device(stream.next(), device, non_blocking), lambda batch: None, 1)
+        return
+    trainer = Trainer(workload, make_model(workload, device), device, settings.amp)
+    if request.mode == "check":
+        _check(workload, dataset, trainer, stream, device, send)
+        return
+    if request.mode == "compute":
+        held = hold_batches(lambda: to_device(stream.next(), device, False))
+        stream.close()
+        cycle = iter(_forever(held))
+        run(lambda: next(cycle), trainer.step, 1)
+        return
+    run(lambda: to_device(stream.next(), device, non_blocking), trainer.step, settings.echo)
+
+
+def _stream(request: ProbeRequest, workload: Workload, dataset: Any) -> BatchStream:
+    """The config's batches, without echo: the measuring loop echoes, so that it can
+    count fresh samples."""
+    overrides: dict[str, Any] = {}
+    if workload.collate_fn is not None:
+        overrides["collate_fn"] = workload.collate_fn
+    loading = dataclasses.replace(request.settings, echo=1)
+    if request.mode == "compute":
+        # The loader only fills the batches held in memory; its workers must be gone
+        # (not prefetching) before the model is measured.
+        loading = dataclasses.replace(loading, persistent_workers=False)
+    loader = build_loader(dataset, loading.dataloader_kwargs(), seed=request.seed, **overrides)
+    return BatchStream(loader, loading_piece(workload))
+
+
+def hold_batches(
+    fetch: Callable[[], Any], clock: Callable[[], float] = time.perf_counter
+) -> list[Any]:
+    """Batches for a compute probe, as many as :data:`_HELD_BATCHES` and
+    :data:`_HOLDING_SECONDS` allow."""
+    fewest, most = _HELD_BATCHES
+    began = clock()
+    held = [fetch()]
+    while len(held) < most and (len(held) < fewest or clock() - began < _HOLDING_SECONDS):
+        held.append(fetch())
+    return held
+
+
+def _forever(items: list[Any]) -> Any:
+    while True:
+        yield from items
+
+
+def _check(
+    workload: Workload,
+    dataset: Any,
+    trainer: Trainer,
+    stream: BatchStream,
+    device: torch.device,
+    send: Send,
+) -> None:
+    start = time.perf_counter()
+    batch = stream.next()
+    loaded = time.perf_counter()
+    trainer.step(to_device(batch, device, False))
+    synchronize(device)
+    stepped = time.perf_counter()
+    length: int | None = None
+    if not is_iterable_dataset(dataset):
+        try:
+            length = len(dataset)
+        except TypeError:
+            length = None
+    send(
+        (
+            "info",
+            {
+                "dataset_type": type(dataset).__name__,
+                "dataset_length": length,
+                "iterable": is_iterable_dataset(dataset),
+                "model_type": type(trainer.model).__name__,
+                "parameters": sum(p.numel() for p in trainer.model.parameters()),
+                "batch": describe_batch(batch),
+                "batch_bytes": batch_bytes(batch),
+                "batch_samples": batch_length(batch),
+                "first_batch_s": loaded - start,
+                "first_step_s": stepped - loaded,
+                "buffers": sum(b.numel() for b in trainer.model.buffers()),
+                "gradient_bytes": sum(
+                    p.numel() * p.element_size()
+                    for p in trainer.model.parameters()
+                    if p.requires_grad
+                ),
+                **placement(),
+            },
+        )
+    )

@@ -1,0 +1,195 @@
+"""The measuring loop every probe runs: start-up, warm-up, then windows of real steps.
+
+One loop serves a probe alone and each rank of a DDP probe. What differs is the
+pace, which decides when the warm-up and each window end:
+
+- :class:`SoloPace`, one process: the clock ends them (``warmup_seconds``,
+  ``window_seconds``), and a stop (the pruner's verdict) is obeyed at the next step;
+- ``AgreedPace`` (in :mod:`autotune.probe._ddp`), DDP ranks: every rank must take
+  the same steps, or one waits forever in an all-reduce, so the ranks agree on the
+  steps of each window at its edges, and add up their figures there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import torch
+
+from autotune.probe._protocol import Window
+from autotune.probe._train import batch_length, synchronize
+
+Send = Callable[[tuple[str, Any]], None]
+"""Sends one event of the probe protocol (see :mod:`autotune.probe._child`)."""
+
+
+class Warmth(enum.Enum):
+    """Where the warm-up stands after a round of steps."""
+
+    COLD = "cold"
+    WARM = "warm"
+    STOPPED = "stopped"
+
+
+@dataclasses.dataclass
+class Tally:
+    """The counts of one window under way."""
+
+    began: float
+    wait_seconds: float = 0.0
+    samples: int = 0
+    fresh: int = 0
+    steps: int = 0
+    batches: int = 0
+
+    def add(self, n: int, echo: int, wait_seconds: float) -> None:
+        """One batch of ``n`` samples, waited for ``wait_seconds``, trained ``echo`` times."""
+        self.wait_seconds += wait_seconds
+        self.samples += n * echo
+        self.steps += echo
+        self.fresh += n
+        self.batches += 1
+
+    def window(self, index: int, seconds: float) -> Window:
+        return Window(
+            index=index,
+            seconds=seconds,
+            samples=self.samples,
+            fresh=self.fresh,
+            steps=self.steps,
+            wait_seconds=self.wait_seconds,
+        )
+
+
+class Pace(Protocol):
+    """When the warm-up and the windows of a measuring loop end, and where figures go."""
+
+    def ready(self, startup_s: float) -> None:
+        """The first batch arrived after ``startup_s``."""
+
+    def warm_round(self) -> int:
+        """Steps to train before asking :meth:`warmed` again."""
+
+    def warmed(self, steps: int, began: float) -> Warmth:
+        """After ``steps`` warm-up steps since ``began`` (``time.perf_counter``): warm,
+        cold, or stopped."""
+
+    def stopped(self) -> bool:
+        """Abandon the window under way (checked after every step)."""
+
+    def window_full(self, tally: Tally, elapsed: float) -> bool:
+        """The window under way has its steps."""
+
+    def close(self, index: int, tally: Tally, seconds: float) -> bool:
+        """Report the window just measured; False ends the loop."""
+
+
+class SoloPace:
+    """One probe process alone: the clock ends the warm-up and the windows; a stop from
+    the search is obeyed at the next step, abandoning the window under way."""
+
+    def __init__(
+        self, *, warmup_seconds: float, window_seconds: float, send: Send, stop: threading.Event
+    ) -> None:
+        self.warmup_seconds = warmup_seconds
+        self.window_seconds = window_seconds
+        self.send = send
+        self.stop = stop
+
+    def ready(self, startup_s: float) -> None:
+        self.send(("ready", {"startup_s": startup_s}))
+
+    def warm_round(self) -> int:
+        return 1
+
+    def warmed(self, steps: int, began: float) -> Warmth:
+        if self.stop.is_set():
+            return Warmth.STOPPED
+        warm = time.perf_counter() - began >= self.warmup_seconds
+        return Warmth.WARM if warm else Warmth.COLD
+
+    def stopped(self) -> bool:
+        return self.stop.is_set()
+
+    def window_full(self, tally: Tally, elapsed: float) -> bool:
+        return elapsed >= self.window_seconds
+
+    def close(self, index: int, tally: Tally, seconds: float) -> bool:
+        self.send(("window", tally.window(index, seconds)))
+        return True
+
+
+def measure(
+    pace: Pace,
+    *,
+    fetch: Callable[[], Any],
+    work: Callable[[Any], None],
+    echo: int,
+    max_windows: int,
+    default_n: int,
+    device: torch.device,
+) -> None:
+    """Start-up, warm-up, then up to ``max_windows`` windows, each reported as it ends.
+
+    Args:
+        pace: when the warm-up and each window end, and where the figures go.
+        fetch: the next batch, on the device (the time it takes is waiting for data).
+        work: one training step on a batch.
+        echo: times each batch is trained on (data echoing).
+        max_windows: windows to measure unless stopped.
+        default_n: samples in a batch whose length cannot be read from its tensors.
+        device: synchronised at the warm-up's end and at every window edge.
+    """
+    clock = time.perf_counter
+    start = clock()
+    batch = fetch()
+    pace.ready(clock() - start)
+    if not _warm_up(pace, batch, fetch=fetch, work=work, echo=echo):
+        return
+    synchronize(device)
+    for index in range(max_windows):
+        if pace.stopped():
+            return
+        tally = Tally(began=clock())
+        while True:
+            fetched = clock()
+            batch = fetch()
+            waited = clock() - fetched
+            for _ in range(echo):
+                work(batch)
+            tally.add(batch_length(batch) or default_n, echo, waited)
+            if pace.stopped():
+                return
+            if pace.window_full(tally, clock() - tally.began):
+                break
+        synchronize(device)
+        if not pace.close(index, tally, clock() - tally.began):
+            return
+
+
+def _warm_up(
+    pace: Pace,
+    batch: Any,
+    *,
+    fetch: Callable[[], Any],
+    work: Callable[[Any], None],
+    echo: int,
+) -> bool:
+    """Train unmeasured rounds of steps until the pace says warm; False when stopped."""
+    began = time.perf_counter()
+    steps = 0
+    while True:
+        for _ in range(pace.warm_round()):
+            if steps:
+                batch = fetch()
+            for _ in range(echo):
+                work(batch)
+            steps += 1
+        warmth = pace.warmed(steps, began)
+        if warmth is not Warmth.COLD:
+            return warmth is Warmth.WARM

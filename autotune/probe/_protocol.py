@@ -1,0 +1,219 @@
+"""The values that cross between a search and its probe processes.
+
+Everything here is a frozen dataclass of plain types, so a probe can run in a
+child process, in a Ray worker or on another node.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from typing import Any, Literal
+
+from autotune.machine._monitor import MonitorFigures
+from autotune.settings._settings import Settings
+
+Mode = Literal["train", "compute", "data", "check", "ddp"]
+"""train: the real loader and model; compute: the model on batches held in memory
+(the compute ceiling); data: the loader alone (the data ceiling); check: build
+everything once and run one step (the preflight); ddp: train as DistributedDataParallel
+across the ranks of ``ProbeRequest.ddp``."""
+
+FailureKind = Literal[
+    "error", "oom", "timeout", "crash", "worker", "shm", "interrupted", "infeasible"
+]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WorkloadSource:
+    """How a probe gets the workload: a config file's path, or the pickled workload."""
+
+    config_path: str | None = None
+    pickled: bytes | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RankPlace:
+    """Where one rank of a DDP probe runs."""
+
+    device: str
+    """"cuda:N" (N counts the GPUs the probe's CUDA_VISIBLE_DEVICES leaves) or "cpu"."""
+    cpus: tuple[int, ...] | None = None
+    """Its CPU affinity (its share of the node); None: the probe's."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DdpSpec:
+    """A DDP probe: one process per rank on this node, as torchrun would start them."""
+
+    backend: str
+    """"nccl" on GPUs, "gloo" on CPU."""
+    ranks: tuple[RankPlace, ...]
+    kwargs: tuple[tuple[str, Any], ...] = ()
+    """Keyword arguments of DistributedDataParallel (bucket_cap_mb, static_graph...)."""
+
+    @property
+    def world_size(self) -> int:
+        return len(self.ranks)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ProbeRequest:
+    """One probe: which config, how, and for how long."""
+
+    source: WorkloadSource
+    settings: Settings
+    device: str
+    mode: Mode = "train"
+    window_seconds: float = 1.0
+    """A window ends at the first step boundary after this many seconds."""
+    max_windows: int = 9
+    warmup_seconds: float = 1.0
+    """Trained after the first batch and before the first window; not measured."""
+    stall_timeout: float = 60.0
+    """A probe silent this long (no first batch, no window) is killed as hung."""
+    memory_limit: int | None = None
+    """Bytes the probe's processes (workers included) may use before being stopped."""
+    seed: int = 0
+    cpus: tuple[int, ...] | None = None
+    """CPU affinity of the probe and its workers (a DDP rank's share); None: all."""
+    env: tuple[tuple[str, str], ...] = ()
+    """Environment variables set in the probe before anything else (e.g. CUDA_VISIBLE_DEVICES)."""
+    worker_start_method: str | None = None
+    """How the probe's DataLoader starts workers: the search's own default (what the user's
+    training gets), not the fork server the probe itself came from."""
+    monitor_gpus: tuple[str, ...] = ()
+    """The GPUs the probe trains on (NVML UUIDs where known), for the search's monitor;
+    empty on CPU."""
+    ddp: DdpSpec | None = None
+    """The ranks and DDP settings of a "ddp" probe."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Window:
+    """The figures of one window of steps."""
+
+    index: int
+    seconds: float
+    samples: int
+    """Samples the model trained on (an echoed batch counts each time)."""
+    fresh: int
+    """Samples that came fresh from the loader."""
+    steps: int
+    wait_seconds: float
+    """Time the training loop spent waiting for the loader (and the copy to the device)."""
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Failure:
+    """Why a probe did not finish."""
+
+    kind: FailureKind
+    message: str
+    piece: str | None = None
+    """The user's piece that failed: dataset, model, loss, step, optimizer, collate_fn."""
+    traceback: str | None = None
+
+    def signature(self) -> str:
+        """Equal for the same error in different configs."""
+        return f"{self.kind}:{self.piece}:{self.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Failure:
+        return cls(**data)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Figures:
+    """What one probe measured."""
+
+    windows: tuple[Window, ...] = ()
+    startup_s: float | None = None
+    """From creating the loader's iterator to the first batch (worker start-up included)."""
+    peak_memory_bytes: int | None = None
+    """Peak memory of the probe's process tree (proportional set size), workers included."""
+    wall_s: float = 0.0
+    monitor: MonitorFigures | None = None
+    """GPU and CPU figures over the measuring windows (see autotune.machine._monitor)."""
+
+    @property
+    def samples(self) -> int:
+        return sum(w.samples for w in self.windows)
+
+    @property
+    def seconds(self) -> float:
+        return sum(w.seconds for w in self.windows)
+
+    @property
+    def samples_per_s(self) -> float:
+        """Samples the model consumed per second over all windows."""
+        return self.samples / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def fresh_per_s(self) -> float:
+        """Fresh samples per second (differs from samples_per_s with echo)."""
+        fresh = sum(w.fresh for w in self.windows)
+        return fresh / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def wait_fraction(self) -> float:
+        """Share of the windows' time spent waiting for data."""
+        wait = sum(w.wait_seconds for w in self.windows)
+        return wait / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def window_spread(self) -> float:
+        """Relative spread of the windows' throughputs (stdev / mean): the noise."""
+        rates = [w.samples_per_s for w in self.windows]
+        if len(rates) < 2 or statistics.fmean(rates) == 0:
+            return 0.0
+        return statistics.stdev(rates) / statistics.fmean(rates)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "samples_per_s": self.samples_per_s,
+            "fresh_per_s": self.fresh_per_s,
+            "wait_fraction": self.wait_fraction,
+            "startup_s": self.startup_s,
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "wall_s": self.wall_s,
+            "window_spread": self.window_spread,
+            "windows": [w.to_dict() for w in self.windows],
+            "monitor": self.monitor.to_dict() if self.monitor else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Figures:
+        return cls(
+            windows=tuple(Window(**w) for w in data.get("windows", ())),
+            startup_s=data.get("startup_s"),
+            peak_memory_bytes=data.get("peak_memory_bytes"),
+            wall_s=data.get("wall_s", 0.0),
+            monitor=MonitorFigures.from_dict(data["monitor"]) if data.get("monitor") else None,
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ProbeResult:
+    """The outcome of one probe: its figures, and its failure if it failed."""
+
+    figures: Figures
+    failure: Failure | None = None
+    stopped: bool = False
+    """The caller stopped it early (the pruner)."""
+    info: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """What a check probe learned of the workload (dataset length, parameters...)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None

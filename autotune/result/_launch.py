@@ -1,0 +1,112 @@
+"""How to launch the tuned DDP training: the torchrun line, the code, the learning rate.
+
+Pure functions of the chosen values, so what the export says is testable alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune.settings._settings import Settings
+
+SCRIPT = "train.py"
+"""Stands for the user's training script in the torchrun line."""
+
+
+def torchrun_line(
+    *,
+    world_size: int,
+    device_type: str,
+    visible: str | None,
+    threads: int,
+    script: str = SCRIPT,
+) -> str:
+    """The command that starts ``world_size`` ranks on this node.
+
+    Args:
+        world_size: ranks (processes) on the node.
+        device_type: "cuda" or "cpu".
+        visible: CUDA_VISIBLE_DEVICES for the selected GPUs; None: leave it as it is.
+        threads: torch's intra-op threads per rank (torchrun would otherwise set 1).
+        script: the training script.
+    """
+    words = []
+    if device_type == "cuda" and visible is not None:
+        words.append(f"CUDA_VISIBLE_DEVICES={visible}")
+    words.append(f"OMP_NUM_THREADS={threads}")
+    words += ["torchrun", "--standalone", f"--nproc-per-node={world_size}", script]
+    return " ".join(words)
+
+
+def lr_note(*, user_batch_size: int, per_rank_batch_size: int, world_size: int) -> str | None:
+    """What the global batch means for the learning rate, when it differs from the user's.
+
+    The linear scaling rule (Goyal et al., 2017, "Accurate, Large Minibatch SGD"):
+    when the batch grows k times, multiply the learning rate by k, with a warm-up.
+    """
+    global_batch = per_rank_batch_size * world_size
+    if global_batch == user_batch_size:
+        return None
+    ratio = global_batch / user_batch_size
+    note = (
+        f"the global batch is {global_batch} ({world_size} ranks x {per_rank_batch_size}), "
+        f"{ratio:g}x the {user_batch_size} you train with: by the linear scaling rule, "
+        f"multiply the learning rate by {ratio:g} (with a few epochs of warm-up when it grows)"
+    )
+    if user_batch_size % world_size == 0:
+        note += (
+            f", or keep the global batch at {user_batch_size} with a per-rank batch of "
+            f"{user_batch_size // world_size} (not measured)"
+        )
+    return note + "."
+
+
+def ddp_code(
+    *,
+    settings: Settings,
+    kwargs: dict[str, Any],
+    backend: str,
+    device_type: str,
+    world_size: int,
+    launch: str,
+    dataset: str = "dataset",
+) -> str:
+    """Python source for one rank: process group, sampler, tuned loader, DDP model."""
+    on_gpu = device_type == "cuda"
+    lines = [
+        "import os",
+        "",
+        "import torch",
+        "import torch.distributed as dist",
+        "from torch.nn.parallel import DistributedDataParallel",
+        "from torch.utils.data.distributed import DistributedSampler",
+        "",
+        f"# launch: {launch}",
+        f'dist.init_process_group("{backend}")',
+        'local_rank = int(os.environ["LOCAL_RANK"])',
+    ]
+    if on_gpu:
+        lines.append("torch.cuda.set_device(local_rank)")
+    if settings.threads is not None:
+        lines.append(f"torch.set_num_threads({settings.threads})")
+    lines.append(
+        f"sampler = DistributedSampler({dataset})  # call sampler.set_epoch(epoch) per epoch"
+    )
+    lines.append("loader = torch.utils.data.DataLoader(")
+    lines.append(f"    {dataset},")
+    lines.append("    sampler=sampler,")
+    for name, value in settings.dataloader_kwargs().items():
+        comment = ""
+        if name == "batch_size":
+            comment = f"  # per rank; the global batch is {value * world_size}"
+        lines.append(f"    {name}={value!r},{comment}")
+    lines.append(")")
+    lines.append("model = DistributedDataParallel(")
+    lines.append("    model.to(local_rank)," if on_gpu else "    model,")
+    if on_gpu:
+        lines.append("    device_ids=[local_rank],")
+    for name, value in sorted(kwargs.items()):
+        lines.append(f"    {name}={value!r},")
+    lines.append(")")
+    lines += settings.training_notes(device_type)
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,382 @@
+"""A search, stage by stage: preflight, explore, confirm, choose, save.
+
+Workload -> Space -> Backend (probes, pruned by ASHA) -> Study -> SearchResult
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from autotune._errors import ConfigError, SpaceError, StudyError, WorkloadError
+from autotune._format import format_rate
+from autotune.decide._ceilings import Ceilings, measure_ceilings
+from autotune.decide._confirm import confirm, explored_candidates
+from autotune.decide._ddp import planned_probes, run_ddp_stage
+from autotune.explore import Backend, ExplorePlan, get_backend
+from autotune.explore._bounds import measure_bounds
+from autotune.machine._gpus import discover
+from autotune.machine._machine import Machine, detect_machine, usable_cpus
+from autotune.probe import Failure, ProbeRequest, WorkloadSource, run_probe
+from autotune.probe._placement import plan_placement
+from autotune.probe._runner import refuse_while_bootstrapping
+from autotune.progress._progress import Progress, QuietProgress
+from autotune.result._ddp import DdpResult
+from autotune.result._result import SearchResult
+from autotune.settings._settings import Settings
+from autotune.space._space import Space, build_space
+from autotune.study._fingerprint import check_same_workload, study_meta
+from autotune.study._study import (
+    META,
+    RESULT,
+    open_study,
+    read_meta,
+    resolve,
+)
+from autotune.workload._options import MEMORY_SHARE, SearchOptions
+from autotune.workload._workload import Workload, ensure_picklable, load_config
+
+_CEILING_PROBES = 5
+"""At most: compute and data of the winner and of the default loader, and the loader limit."""
+
+
+def search(
+    config: str | Path | None = None,
+    *,
+    dataset: Any = None,
+    model: Any = None,
+    loss: Callable[[Any, Any], Any] | None = None,
+    optimizer: Callable[[Any], Any] | None = None,
+    step: Callable[[Any, Any], Any] | None = None,
+    collate_fn: Callable[[list[Any]], Any] | None = None,
+    batch_size: int | None = None,
+    device: str | None = None,
+    name: str | None = None,
+    space: Mapping[str, Any] | None = None,
+    progress: Progress | None = None,
+    **options: Any,
+) -> SearchResult:
+    """Tune a DataLoader by measuring short real trainings, and return the best settings.
+
+    Give either a config file, or ``dataset`` and ``model`` (factories or objects)
+    with the optional pieces a config file may define.
+
+    Args:
+        config: path of a config file (see the README's config contract).
+        dataset: a Dataset, or a function returning one.
+        model: an nn.Module, or a function returning one (each trial gets its own).
+        loss: ``loss(output, batch)`` -> scalar tensor.
+        optimizer: ``optimizer(params)`` -> Optimizer; default SGD.
+        step: ``step(model, batch)`` -> loss, for models with several inputs.
+        collate_fn: handed to the DataLoader as given.
+        batch_size: the batch size trained with today (default 32).
+        device: "cpu", "cuda", ...; default a GPU when there is one.
+        name: names the study by default.
+        space: knobs to fix or narrow (``{"num_workers": [0, 2, 4], "echo": [1, 2]}``).
+        progress: receives the search's events; default silent.
+        **options: :class:`SearchOptions` fields (trials, timeout, study, seed, ...;
+            ``backend="ray"`` with ``address`` and ``concurrent`` runs the trials on Ray Tune).
+
+    Returns:
+        The chosen settings, their figures, and ``.loader(dataset)``.
+
+    Raises:
+        ConfigError: the config or the arguments are wrong.
+        WorkloadError: the dataset, model, loss or step fails.
+        StudyError: the study cannot be opened or does not match this workload.
+    """
+    refuse_while_bootstrapping()  # before the study is touched
+    if config is not None:
+        if dataset is not None or model is not None:
+            raise ConfigError("give a config file or dataset= and model=, not both.")
+        loaded = load_config(config)
+        workload = loaded.workload
+        user_space: Mapping[str, Any] = dict(loaded.space)
+        if space is not None:
+            user_space = {**user_space, **space}
+        try:
+            search_options = SearchOptions.from_mapping(loaded.search, **options)
+        except ConfigError as error:
+            raise ConfigError(f"{workload.origin()}: {error}") from None
+    else:
+        if dataset is None or model is None:
+            raise ConfigError("nothing to tune: give a config file, or both dataset= and model=.")
+        workload = Workload(
+            dataset=dataset,
+            model=model,
+            loss=loss,
+            optimizer=optimizer,
+            step=step,
+            collate_fn=collate_fn,
+            batch_size=32 if batch_size is None else batch_size,
+            device=device,
+            name=name or "workload",
+        )
+        ensure_picklable(workload)
+        user_space = dict(space or {})
+        search_options = SearchOptions.from_mapping({}, **options)
+    return run_search(
+        workload,
+        user_space,
+        search_options,
+        progress=progress or QuietProgress(),
+    )
+
+
+def run_search(
+    workload: Workload,
+    user_space: Mapping[str, Any],
+    options: SearchOptions,
+    *,
+    progress: Progress,
+) -> SearchResult:
+    """Run every stage of a search for an already-validated workload."""
+    runner = get_backend(options.backend)
+    try:
+        return _run_stages(workload, user_space, options, progress, runner)
+    finally:
+        runner.close()
+
+
+def _run_stages(
+    workload: Workload,
+    user_space: Mapping[str, Any],
+    options: SearchOptions,
+    progress: Progress,
+    runner: Backend,
+) -> SearchResult:
+    discovery = discover()
+    try:
+        placement = plan_placement(
+            device=workload.device,
+            gpus=options.gpus,
+            ranks=options.ranks,
+            discovery=discovery,
+            cpus=_affinity(),
+            usable=usable_cpus(),
+        )
+    except ConfigError as error:
+        raise ConfigError(f"{workload.origin()}: {error}") from None
+    machine = detect_machine(placement.device or placement.device_type, discovery=discovery)
+    device = workload.device or placement.device_type
+    try:
+        space = build_space(user_space, machine, workload.batch_size, rank_cpus=placement.rank_cpus)
+    except SpaceError as error:
+        raise SpaceError(f"{workload.origin()}: {error}") from None
+    path, study_name = resolve(options.study, workload.name)
+    if options.resume and not path.exists():
+        raise StudyError(f"--resume: there is no study at {path} to continue.")
+    baseline = Settings(batch_size=workload.batch_size)
+    template = ProbeRequest(
+        source=_source(workload),
+        settings=baseline,
+        device=device,
+        window_seconds=options.window_seconds,
+        max_windows=options.max_windows,
+        warmup_seconds=options.warmup_seconds,
+        stall_timeout=options.trial_timeout,
+        # Trials run side by side, one per rank's slot: each gets its share of the RAM.
+        memory_limit=options.memory_limit or _default_memory_limit() // placement.ranks,
+        seed=options.seed or 0,
+    )
+    slots = placement.slots()
+    single = slots[0].apply(template)  # one rank's share of the node
+    study = open_study(path, study_name, create=True)
+    meta = read_meta(study)
+
+    progress.phase("preflight", f"one training step of the default loader on {device}")
+    info = preflight(single, workload)
+    check_same_workload(meta, machine, info, path, placement)
+    if not meta:
+        study.set_user_attr(
+            META, study_meta(workload, machine, device, space, options, info, placement)
+        )
+    bounds, compute_figures = (
+        measure_bounds(single, space, study, progress) if options.bounds else (None, {})
+    )
+    parallel = f"; {len(slots)} at a time, {placement.describe()}" if len(slots) > 1 else ""
+    progress.phase(
+        "explore",
+        f"{options.trials} trials into {path} (space of {space.size()} configs{parallel}; "
+        + "; ".join(space.notes)
+        + ")",
+    )
+    # Later: the finalists and the default loader re-measured, the DDP probes, the ceilings.
+    ceiling_probes = _CEILING_PROBES if options.ceilings else 0
+    ddp_probes = planned_probes(info, options, options.finalists) if placement.ranks > 1 else 0
+    later = options.finalists + 1 + ddp_probes + ceiling_probes
+    progress.plan("explore", options.trials, options.timeout, later=later)
+    plan = ExplorePlan(
+        study=study,
+        space=space,
+        template=single if len(slots) == 1 else template,
+        warm_starts=warm_starts(
+            space,
+            machine,
+            workload.batch_size,
+            cpus=placement.rank_cpus,
+            fastest_model=bounds.fastest_model() if bounds is not None else None,
+        ),
+        options=options,
+        progress=progress,
+        bounds=bounds,
+        slots=slots if len(slots) > 1 else (),
+    )
+    runner.explore(plan)
+    if plan.fatal is not None:
+        raise WorkloadError(_workload_message(workload, plan.fatal, every_config=True))
+
+    explored = explored_candidates(study, space)
+    if not explored:
+        raise WorkloadError(
+            f"{workload.origin()}: no config finished a probe; see the failures with "
+            f"`autotune show {path}`."
+        )
+    confirmed = confirm(
+        runner, plan, explored, baseline, progress, later=ddp_probes + ceiling_probes
+    )
+    winner = confirmed.winner
+
+    ddp: DdpResult | None = None
+    if placement.ranks > 1:
+        winner, ddp = run_ddp_stage(
+            placement=placement,
+            template=template,
+            winner=winner,
+            finalists=list(confirmed.finalists),
+            info=info,
+            options=options,
+            progress=progress,
+            user_batch_size=workload.batch_size,
+            later=ceiling_probes,
+        )
+    ceilings = (
+        measure_ceilings(
+            single,
+            winner.settings,
+            baseline,
+            placement.rank_cpus,
+            progress,
+            compute_figures,
+            default_threads=info.get("torch_threads"),
+        )
+        if options.ceilings
+        else Ceilings(winner={}, baseline={}, loader_limit=None)
+    )
+    result = SearchResult(
+        settings=winner.settings,
+        figures=winner.figures,
+        device=device,
+        machine=machine,
+        baseline=confirmed.baseline,
+        finalists=confirmed.finalists,
+        ceilings=ceilings.winner,
+        baseline_ceilings=ceilings.baseline,
+        loader_limit=ceilings.loader_limit,
+        tolerance=options.tolerance,
+        confirmed=bool(confirmed),
+        workload=info,
+        study_path=str(path),
+        study_name=study.study_name,
+        collate_fn=workload.collate_fn,
+        ddp=ddp,
+    )
+    study.set_user_attr(RESULT, result.to_dict())
+    progress.phase("done", _summary(result))
+    return result
+
+
+# --------------------------------------------------------------------- stages
+def preflight(template: ProbeRequest, workload: Workload) -> dict[str, Any]:
+    """Build the dataset and model and run one step, so a broken workload fails in
+    one clear line before any trial; returns what was learned of the workload."""
+    result = run_probe(dataclasses.replace(template, mode="check"))
+    if result.failure is not None:
+        raise WorkloadError(_workload_message(workload, result.failure, every_config=False))
+    return result.info
+
+
+def warm_starts(
+    space: Space,
+    machine: Machine,
+    batch_size: int,
+    *,
+    cpus: int | None = None,
+    fastest_model: Settings | None = None,
+) -> tuple[Settings, ...]:
+    """Configs tried first: the common rule of thumb (a worker per CPU of the rank's
+    share, ``cpus``, by default the machine's), and no workers; each with the batch size,
+    AMP and threads of the fastest compute ceiling (``fastest_model``) when the bounds
+    measured one, and with the user's own."""
+    threads = [t for t in space.threads.values() if isinstance(t, int)]
+    rule_of_thumb = Settings(
+        batch_size=batch_size,
+        num_workers=cpus or machine.cpus,
+        prefetch_factor=2,
+        persistent_workers=True,
+        pin_memory=machine.accelerator != "cpu",
+        threads=max(threads) if threads else None,
+    )
+    no_workers = dataclasses.replace(
+        rule_of_thumb, num_workers=0, prefetch_factor=None, persistent_workers=False
+    )
+    starts = [rule_of_thumb, no_workers]
+    if fastest_model is not None:
+        fastest = [
+            dataclasses.replace(
+                s,
+                batch_size=fastest_model.batch_size,
+                amp=fastest_model.amp,
+                threads=fastest_model.threads,
+            )
+            for s in starts
+        ]
+        starts = fastest + starts
+    snapped = (space.snap(s) for s in starts)
+    return tuple({s.key(): s for s in snapped}.values())
+
+
+# --------------------------------------------------------------------- helpers
+def _source(workload: Workload) -> WorkloadSource:
+    if workload.config_path is not None:
+        return WorkloadSource(config_path=workload.config_path)
+    return WorkloadSource(pickled=pickle.dumps(workload))
+
+
+def _affinity() -> list[int]:
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return list(range(os.cpu_count() or 1))
+
+
+def _default_memory_limit() -> int:
+    return int(psutil.virtual_memory().available * MEMORY_SHARE)
+
+
+def _workload_message(workload: Workload, failure: Failure, *, every_config: bool) -> str:
+    where = workload.origin()
+    piece = ""
+    if failure.piece and not failure.message.startswith(failure.piece):
+        piece = f"{failure.piece}: "
+    hint = ""
+    if failure.piece == "model(batch)" and workload.step is None:
+        hint = " (if the model takes several inputs, define step(model, batch) in the config)"
+    lead = "every config failed the same way: " if every_config else ""
+    return f"{where}: {lead}{piece}{failure.message}{hint}"
+
+
+def _summary(result: SearchResult) -> str:
+    text = f"{result.settings.describe()}: {format_rate(result.samples_per_s)} samples/s"
+    if result.baseline is not None and result.speedup is not None:
+        text += (
+            f" vs {format_rate(result.baseline.samples_per_s)} for the default loader "
+            f"({result.speedup:.2f}x)"
+        )
+    return text

@@ -1,0 +1,163 @@
+"""SearchOptions: how long to search, where to keep the study, how to measure."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from autotune._errors import ConfigError
+
+_UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+BACKENDS = ("optuna", "ray")
+MEMORY_SHARE = 0.8
+"""Of the memory available at the start, what a search's trials may use by default
+(``memory_limit`` unset)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SearchOptions:
+    """Budget, study and measuring settings of a search (the config's ``search`` dict)."""
+
+    trials: int = 24
+    """Exploration trials to run in this search (added to those a resumed study has)."""
+    timeout: float | None = None
+    """Seconds after which no new exploration trial starts; None: no limit."""
+    study: str | None = None
+    """Study name (saved as studies/NAME.db) or a .db path; None: the config's name."""
+    resume: bool = False
+    """Require the study to exist already, and continue it."""
+    seed: int | None = None
+    """Seeds the sampler and the probes' data order, for repeatable searches."""
+    tolerance: float = 0.03
+    """Configs within this fraction of the best count as equally fast; the cheapest wins."""
+    window_seconds: float = 0.5
+    """Length of one measuring window; the pruner decides after each."""
+    max_windows: int = 9
+    """Windows a trial runs when it is not pruned."""
+    min_windows: int = 1
+    """Windows before the first pruning decision (ASHA's minimum resource)."""
+    reduction_factor: int = 3
+    """ASHA keeps the best 1/reduction_factor of trials at each rung."""
+    warmup_seconds: float = 0.5
+    """Training after the first batch that is not measured."""
+    trial_timeout: float = 60.0
+    """A trial silent this long (no first batch, no window) is killed as hung."""
+    memory_limit: int | None = None
+    """Bytes a trial's processes may use; None: 80% of the memory available at the start."""
+    finalists: int = 3
+    """Configs re-measured before the winner is named."""
+    bounds: bool = True
+    """Before exploring, measure the compute ceiling of each batch size, AMP mode and
+    thread count: configs that cannot come near the best are then skipped, and exploring
+    stops once the best nears the highest ceiling."""
+    ceilings: bool = True
+    """Measure the compute and data ceilings of the winner and of the default loader, and
+    the loader alone with the most workers (what the diagnosis compares them with)."""
+    gpus: str | int | list[int] | None = None
+    """Which visible GPUs: "all" (None), "none" (CPU), or numbers such as "0,1" (cuda:N)."""
+    ranks: int | None = None
+    """DDP ranks on this node: one per selected GPU; on CPU, how many (default 1)."""
+    ddp_finalists: bool = False
+    """With several ranks, DDP-probe every finalist and choose by aggregate throughput
+    (default: DDP-probe the winner only)."""
+    ddp_knobs: bool = True
+    """With several ranks, tune the DDP keywords that matter for the model, measured."""
+    backend: str = "optuna"
+    """Who runs the trials: "optuna" (in this process) or "ray" (Ray Tune, local or a cluster)."""
+    address: str | None = None
+    """backend "ray": the cluster to join ("auto" or HOST:PORT); None starts a local Ray."""
+    concurrent: int | None = None
+    """backend "ray": at most this many trials at once; None: as many as the resources allow."""
+
+    def __post_init__(self) -> None:
+        positive = {
+            "trials": self.trials,
+            "window_seconds": self.window_seconds,
+            "max_windows": self.max_windows,
+            "min_windows": self.min_windows,
+            "trial_timeout": self.trial_timeout,
+            "finalists": self.finalists,
+        }
+        for name, value in positive.items():
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ConfigError(f"search option {name} is {value!r}; expected a number > 0.")
+        if self.timeout is not None and self.timeout <= 0:
+            raise ConfigError(f"search option timeout is {self.timeout!r}; expected seconds > 0.")
+        if not 0 <= self.tolerance < 1:
+            raise ConfigError(
+                f"search option tolerance is {self.tolerance!r}; expected a fraction in [0, 1)."
+            )
+        if self.reduction_factor < 2:
+            raise ConfigError(
+                f"search option reduction_factor is {self.reduction_factor}; expected >= 2."
+            )
+        if self.min_windows > self.max_windows:
+            raise ConfigError(
+                f"search option min_windows ({self.min_windows}) exceeds max_windows "
+                f"({self.max_windows})."
+            )
+        if self.ranks is not None and (
+            isinstance(self.ranks, bool) or not isinstance(self.ranks, int) or self.ranks < 1
+        ):
+            raise ConfigError(f"search option ranks is {self.ranks!r}; expected an integer >= 1.")
+        from autotune.machine._gpus import parse_spec
+
+        parse_spec(self.gpus)
+        if self.backend not in BACKENDS:
+            raise ConfigError(
+                f"search option backend is {self.backend!r}; expected one of {list(BACKENDS)}."
+            )
+        if self.concurrent is not None and (
+            isinstance(self.concurrent, bool)
+            or not isinstance(self.concurrent, int)
+            or self.concurrent < 1
+        ):
+            raise ConfigError(
+                f"search option concurrent is {self.concurrent!r}; expected a whole number >= 1."
+            )
+        for name in ("address", "concurrent"):
+            if getattr(self, name) is not None and self.backend != "ray":
+                raise ConfigError(
+                    f"search option {name} is for backend 'ray', but backend is "
+                    f"{self.backend!r}; add backend='ray' (--backend ray)."
+                )
+        if self.warmup_seconds < 0:
+            raise ConfigError(
+                f"search option warmup_seconds is {self.warmup_seconds}; expected >= 0."
+            )
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], **overrides: Any) -> SearchOptions:
+        """Options from a config's ``search`` dict, with explicit ``overrides`` winning.
+
+        ``None`` in ``overrides`` means "not given" and keeps the config's value.
+        """
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted((set(data) | set(overrides)) - known)
+        if unknown:
+            raise ConfigError(
+                f"search has unknown options {unknown}; the options are {sorted(known)}."
+            )
+        values = dict(data)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        if "memory_limit" in values and values["memory_limit"] is not None:
+            values["memory_limit"] = parse_bytes(values["memory_limit"])
+        try:
+            return cls(**values)
+        except TypeError as error:
+            raise ConfigError(f"search options: {error}") from None
+
+
+def parse_bytes(value: int | str) -> int:
+    """Bytes from an int or a string such as "512MiB", "2GB", "1.5g"."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    if isinstance(value, str):
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?b)?\s*", value.lower())
+        if match:
+            return int(float(match.group(1)) * _UNITS[match.group(2)])
+    raise ConfigError(
+        f"memory_limit is {value!r}; expected a number of bytes or a size such as '4GiB'."
+    )
