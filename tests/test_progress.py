@@ -9,8 +9,9 @@ import time
 import pytest
 
 from autotune import LineProgress, LiveProgress, Settings
+from autotune._format import format_duration
 from autotune.probe import Figures, Window
-from autotune.progress._progress import Tracker, format_duration, make_progress
+from autotune.progress._progress import Tracker, make_progress
 from autotune.study._study import TrialRecord
 
 SETTINGS = Settings(batch_size=8, num_workers=2, prefetch_factor=2, persistent_workers=True)
