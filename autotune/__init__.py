@@ -22,9 +22,10 @@ from autotune.decide._diagnosis import Diagnosis, diagnose
 from autotune.machine._machine import Machine
 from autotune.output._load import load
 from autotune.output._report import report
+from autotune.probe import Measurement
 from autotune.progress._progress import LineProgress, LiveProgress, Progress, QuietProgress
 from autotune.result._ddp import DdpMeasurement, DdpResult
-from autotune.result._result import Measurement, SearchResult
+from autotune.result._result import SearchResult
 from autotune.search._search import search
 from autotune.settings._loader import EchoLoader
 from autotune.settings._settings import Settings

@@ -28,11 +28,10 @@ from autotune.decide._ddp import (
     run_ddp_stage,
 )
 from autotune.machine._gpus import Discovery
-from autotune.probe import Figures, ProbeRequest, Window, WorkloadSource, run_probe
+from autotune.probe import Figures, Measurement, ProbeRequest, Window, WorkloadSource, run_probe
 from autotune.probe._placement import PLACEMENT, plan_placement
 from autotune.progress._progress import QuietProgress
 from autotune.result._launch import ddp_code, lr_note, torchrun_line
-from autotune.result._result import Measurement
 from autotune.settings._settings import Settings
 from autotune.workload._options import SearchOptions
 from autotune.workload._workload import Workload

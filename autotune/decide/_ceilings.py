@@ -20,9 +20,8 @@ from collections.abc import Hashable, Mapping
 
 from autotune._format import format_rate
 from autotune.explore._bounds import compute_key
-from autotune.probe import Figures, Mode, ProbeRequest, run_probe
+from autotune.probe import Figures, Measurement, Mode, ProbeRequest, run_probe
 from autotune.progress._progress import Progress
-from autotune.result._result import Measurement
 from autotune.settings._settings import Settings
 from autotune.space._space import default_max_workers
 

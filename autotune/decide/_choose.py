@@ -19,7 +19,12 @@ from autotune.settings._settings import Settings
 
 @dataclasses.dataclass(frozen=True)
 class Candidate:
-    """A config and its measured throughput (samples/s)."""
+    """A config and the one throughput (samples/s) the choice ranks it by.
+
+    Not a :class:`~autotune.probe.Measurement`: the figure may summarise several
+    measurements (their median, see :func:`merge`) or be the last window a pruned trial
+    reported, so there are no figures of one probe behind it.
+    """
 
     settings: Settings
     samples_per_s: float

@@ -11,8 +11,8 @@ from autotune._errors import WorkloadError
 from autotune.decide._choose import Candidate, cheapest_within, finalists
 from autotune.explore._backend import Backend, ExplorePlan
 from autotune.explore._bounds import Bounds
+from autotune.probe import Measurement
 from autotune.progress._progress import Progress
-from autotune.result._result import Measurement
 from autotune.settings._settings import Settings
 from autotune.space._space import Space
 from autotune.study._study import GROUP, TrialRecord, records
@@ -114,9 +114,9 @@ def _group_measurements(
         if trial.user_attrs.get(GROUP) != group:
             continue
         record = TrialRecord.from_trial(trial)
-        if record.state != "COMPLETE" or record.settings is None or record.figures is None:
+        measurement = record.measurement
+        if record.state != "COMPLETE" or measurement is None:
             continue
-        measurement = Measurement(settings=record.settings, figures=record.figures)
         if record.role == "baseline":
             baseline = measurement
         else:
@@ -129,6 +129,7 @@ def _from_exploration(
 ) -> Measurement:
     pick = cheapest_within(explored, tolerance)
     for record in records(study):
-        if record.settings == pick.settings and record.figures is not None:
-            return Measurement(settings=record.settings, figures=record.figures)
+        measurement = record.measurement
+        if measurement is not None and measurement.settings == pick.settings:
+            return measurement
     raise WorkloadError("no measured config to choose from")  # unreachable: explored has one

@@ -33,7 +33,7 @@ from autotune.settings._settings import Settings
 from autotune.workload._options import SearchOptions
 
 if TYPE_CHECKING:
-    from autotune.result._result import Measurement
+    from autotune.probe import Measurement
 
 BUCKET_CAP_MB = 25
 """DDP's default bucket size."""

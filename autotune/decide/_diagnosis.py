@@ -19,8 +19,8 @@ import dataclasses
 from typing import Literal
 
 from autotune._format import format_rate
-from autotune.probe import Figures
-from autotune.result._result import Measurement, SearchResult
+from autotune.probe import Figures, Measurement
+from autotune.result._result import SearchResult
 from autotune.settings._settings import Settings
 
 Verdict = Literal["data-bound", "compute-bound"]

@@ -10,7 +10,7 @@ import optuna
 from autotune._errors import FingerprintWarning, StudyError
 from autotune.decide._choose import Candidate, cheapest_within
 from autotune.machine._machine import Machine, detect_machine
-from autotune.result._result import Measurement, SearchResult
+from autotune.result._result import SearchResult
 from autotune.study._study import RESULT, open_study, read_meta, records, resolve
 
 
@@ -63,14 +63,15 @@ def result_of(study: optuna.Study, *, path: Path | None = None) -> SearchResult:
     pick = cheapest_within(
         [Candidate(r.settings, r.value) for r in measured if r.settings and r.value], tolerance
     )
-    record = next(r for r in measured if r.settings == pick.settings)
-    assert record.settings is not None and record.figures is not None
+    chosen = next(
+        m for r in measured if (m := r.measurement) is not None and m.settings == pick.settings
+    )
     return SearchResult(
-        settings=record.settings,
-        figures=record.figures,
+        settings=chosen.settings,
+        figures=chosen.figures,
         device=str(meta.get("device", "cpu")),
         machine=Machine.from_dict(meta.get("machine", {})),
-        finalists=(Measurement(settings=record.settings, figures=record.figures),),
+        finalists=(chosen,),
         tolerance=tolerance,
         confirmed=False,
         workload=dict(meta.get("workload", {})),

@@ -3,6 +3,7 @@
 from autotune.probe._protocol import (
     Failure,
     Figures,
+    Measurement,
     Mode,
     ProbeRequest,
     ProbeResult,
@@ -14,6 +15,7 @@ from autotune.probe._runner import OnWindow, run_probe
 __all__ = [
     "Failure",
     "Figures",
+    "Measurement",
     "Mode",
     "OnWindow",
     "ProbeRequest",

@@ -204,6 +204,32 @@ class Figures:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class Measurement:
+    """A config and what one probe measured of it: the one record of a measurement.
+
+    The probe's figures with the settings they were measured for; the study's trials
+    (:class:`autotune.study.TrialRecord`), the choice and the report all hand it on.
+    """
+
+    settings: Settings
+    figures: Figures
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.figures.samples_per_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"settings": self.settings.to_dict(), "figures": self.figures.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Measurement:
+        return cls(
+            settings=Settings.from_dict(data["settings"]),
+            figures=Figures.from_dict(data["figures"]),
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class ProbeResult:
     """The outcome of one probe: its figures, and its failure if it failed."""
 

@@ -86,6 +86,9 @@ def outcome(record: TrialRecord) -> str:
 
 @dataclasses.dataclass
 class _Running:
+    """What a display knows of a trial under way (mutable, updated window by window):
+    not a measurement, which exists only once the probe has ended."""
+
     role: str
     settings: Settings
     started: float

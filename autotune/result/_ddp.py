@@ -14,7 +14,13 @@ from autotune.settings._settings import Settings
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DdpMeasurement:
-    """One DDP probe: a config, DDP keywords, and the aggregate figures of all ranks."""
+    """One DDP probe: a config, DDP keywords, and the aggregate figures of all ranks.
+
+    A :class:`~autotune.probe.Measurement` holds one process's figures for a config;
+    this holds more: the DDP keywords measured, the ranks' figures added up, the role
+    of the probe in the DDP stage, and a failure (DDP probes that fail are kept, since
+    a keyword that breaks training is part of what the stage reports).
+    """
 
     settings: Settings
     kwargs: dict[str, Any]

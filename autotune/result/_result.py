@@ -14,33 +14,11 @@ from typing import Any
 
 from autotune._errors import ConfigError, StudyError
 from autotune.machine._machine import Machine
-from autotune.probe import Figures
+from autotune.probe import Figures, Measurement
 from autotune.result._ddp import DdpResult
 from autotune.settings._settings import Settings
 
 EXPORT_FORMAT = 1
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Measurement:
-    """A config and what one probe measured of it."""
-
-    settings: Settings
-    figures: Figures
-
-    @property
-    def samples_per_s(self) -> float:
-        return self.figures.samples_per_s
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"settings": self.settings.to_dict(), "figures": self.figures.to_dict()}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Measurement:
-        return cls(
-            settings=Settings.from_dict(data["settings"]),
-            figures=Figures.from_dict(data["figures"]),
-        )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

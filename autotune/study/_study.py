@@ -38,7 +38,7 @@ from optuna.exceptions import ExperimentalWarning, UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune._errors import StudyError
-from autotune.probe import Failure, Figures
+from autotune.probe import Failure, Figures, Measurement
 from autotune.settings._settings import Settings
 
 STUDY_FORMAT = 1
@@ -308,7 +308,13 @@ def read_meta(study: optuna.Study) -> dict[str, Any]:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TrialRecord:
-    """One trial as autotune reads it back."""
+    """One trial as autotune reads it back from the study.
+
+    Its :attr:`measurement` is the one record of what was measured; this type exists
+    for what only a trial has around it: its number and state, its role in the search,
+    why it failed or was not run (a repeat, ruled out by the bounds), and, for a pruned
+    trial, the last figure the pruner saw (``value``).
+    """
 
     number: int
     state: str
@@ -323,6 +329,13 @@ class TrialRecord:
     bounded: str | None = None
     """Why the trial was not run: its compute ceiling could not reach the best."""
     backend: str | None = None
+
+    @property
+    def measurement(self) -> Measurement | None:
+        """The settings and figures this trial measured; None when it measured nothing."""
+        if self.settings is None or self.figures is None:
+            return None
+        return Measurement(settings=self.settings, figures=self.figures)
 
     @property
     def note(self) -> str:

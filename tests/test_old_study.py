@@ -1,0 +1,83 @@
+"""A study written by autotune 0.1.0, before the package was laid out by stage, still
+opens, shows, loads, exports and resumes (tests/data/study_v0_1.db, made by
+``autotune search tests/data/study_v0_1_config.py --trials 4 --seed 0`` at 0125bfc)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import optuna
+import pytest
+from conftest import TESTS
+
+import autotune
+from autotune.cli import main
+from autotune.machine._machine import detect_machine, usable_cpus
+from autotune.study._study import META, open_study, records
+
+DATA = TESTS / "data"
+OLD_STUDY = DATA / "study_v0_1.db"
+OLD_CONFIG = DATA / "study_v0_1_config.py"
+
+
+@pytest.fixture
+def old_study(workdir: Path) -> Path:
+    """A copy of the old study in the test's directory (the original stays untouched)."""
+    copy = workdir / OLD_STUDY.name
+    shutil.copyfile(OLD_STUDY, copy)
+    return copy
+
+
+def test_show_prints_what_0_1_0_printed(
+    old_study: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["show", old_study.name]) == 0
+    expected = (DATA / "study_v0_1.show.txt").read_text()
+    assert capsys.readouterr().out == expected
+
+
+def test_load_reads_the_saved_result(old_study: Path) -> None:
+    result = autotune.load(old_study, check_machine=False)
+    assert result.confirmed
+    assert (result.settings.num_workers, result.settings.batch_size) == (0, 32)
+    assert result.baseline is not None and result.baseline.settings.batch_size == 16
+    assert result.samples_per_s == pytest.approx(98_194, rel=1e-3)
+    assert set(result.ceilings) == {"compute", "data"}
+    assert result.loader_limit is not None
+
+
+def test_export_writes_the_same_settings(old_study: Path) -> None:
+    out = old_study.with_suffix(".json")
+    assert main(["export", old_study.name, "-o", str(out)]) == 0
+    exported = json.loads(out.read_text())
+    assert exported["dataloader"] == {"batch_size": 32, "num_workers": 0, "pin_memory": False}
+    assert exported["speedup"] == pytest.approx(98_194 / 40_746, rel=1e-3)
+
+
+def test_records_read_every_trial(old_study: Path) -> None:
+    study = open_study(old_study, old_study.stem, create=False)
+    trials = records(study)
+    assert [r.role for r in trials] == ["explore"] * 4 + ["confirm", "baseline"]
+    assert [r.state for r in trials[:4]] == ["COMPLETE", "COMPLETE", "PRUNED", "PRUNED"]
+    assert all(r.measurement is not None for r in trials)
+
+
+def test_a_search_resumes_it(old_study: Path) -> None:
+    # The study was written on another machine than the one this test may run on: a
+    # search refuses to mix figures across machines (tested in test_faults_study), so
+    # the copy is first told it was measured here. Only the fingerprint changes.
+    study = open_study(old_study, old_study.stem, create=False)
+    meta = dict(study.user_attrs[META])
+    meta["machine"] = detect_machine(None).to_dict()
+    meta["placement"] = {**meta["placement"], "rank_cpus": usable_cpus()}
+    study.set_user_attr(META, meta)
+    before = len(study.trials)
+
+    code = main(["search", str(OLD_CONFIG), "--study", old_study.name, "--trials", "1"])
+
+    assert code == 0
+    study = optuna.load_study(study_name=old_study.stem, storage=f"sqlite:///{old_study}")
+    assert len([t for t in study.trials if t.number >= before]) >= 2  # explore + confirm
+    assert autotune.load(old_study, check_machine=False).settings.batch_size in (16, 32)
