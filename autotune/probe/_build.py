@@ -91,7 +91,7 @@ def make_model(workload: Workload, device: torch.device) -> nn.Module:
 
 def apply_threads(threads: int | None, cpus: tuple[int, ...] | None) -> None:
     """torch's intra-op threads: the config's, else one per CPU of the process's share
-    (what a fresh process pinned to those CPUs, or started by torchrun with
+    (what a new process pinned to those CPUs, or started by torchrun with
     OMP_NUM_THREADS set to its share, would use)."""
     if threads is not None:
         torch.set_num_threads(threads)

@@ -1,6 +1,6 @@
 """The probe process: one short real training run of one config.
 
-It runs in a fresh process (its own session, so Ctrl-C reaches only the
+It runs in a new process (its own session, so Ctrl-C reaches only the
 search, and the search can kill the probe with all its DataLoader workers),
 builds the workload, and streams figures back per window:
 

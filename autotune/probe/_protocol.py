@@ -98,7 +98,8 @@ class Window:
     samples: int
     """Samples the model trained on (an echoed batch counts each time)."""
     fresh: int
-    """Samples that came fresh from the loader."""
+    """Fresh samples: those new from the loader, each counted once (with echo, a batch
+    trains ``echo`` times but is fresh once)."""
     steps: int
     wait_seconds: float
     """Time the training loop spent waiting for the loader (and the copy to the device)."""

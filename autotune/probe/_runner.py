@@ -1,7 +1,7 @@
 """The search's side of a probe: start it, read its windows, watch it, end it.
 
 Probes start from a fork server that has torch imported already, so each one
-is a fresh, clean process (no CUDA state, no threads, no leaked workers from
+is a new, clean process (no CUDA state, no threads, no leaked workers from
 an earlier trial) that starts in milliseconds rather than seconds.
 """
 
@@ -153,7 +153,7 @@ def refuse_while_bootstrapping() -> None:
 
 
 def run_probe(request: ProbeRequest, *, on_window: OnWindow | None = None) -> ProbeResult:
-    """Run one probe in a fresh process and return what it measured.
+    """Run one probe in a new process and return what it measured.
 
     A probe that raises, hangs (silent for ``request.stall_timeout``), goes over
     ``request.memory_limit`` or dies returns a result with its failure; it does
