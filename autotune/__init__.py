@@ -22,11 +22,11 @@ from autotune.decide._diagnosis import Diagnosis, diagnose
 from autotune.machine._machine import Machine
 from autotune.output._load import load
 from autotune.output._report import report
+from autotune.pipeline._search import search
 from autotune.probe import Measurement
 from autotune.progress._progress import LineProgress, LiveProgress, Progress, QuietProgress
 from autotune.result._ddp import DdpMeasurement, DdpResult
 from autotune.result._result import SearchResult
-from autotune.search._search import search
 from autotune.settings._loader import EchoLoader
 from autotune.settings._settings import Settings
 from autotune.workload._options import SearchOptions

@@ -137,8 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _search(args: argparse.Namespace) -> int:
     from autotune.decide._diagnosis import diagnose
     from autotune.output._show import code_lines, diagnosis_lines, result_lines
+    from autotune.pipeline._search import search
     from autotune.progress._progress import make_progress
-    from autotune.search._search import search
 
     with make_progress() as progress:
         result = search(

@@ -1,0 +1,2 @@
+"""The pipeline of a search: its stages in order, preflight to saved result (behind
+``autotune.search``)."""
