@@ -19,3 +19,8 @@ def format_duration(seconds: float) -> str:
     hours, rest = divmod(whole, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def sentence(text: str) -> str:
+    """``text`` as a sentence: its first letter upper case, a full stop at the end."""
+    return f"{text[:1].upper()}{text[1:]}."

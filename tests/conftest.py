@@ -46,6 +46,7 @@ QUICK = {
     "trial_timeout": 20.0,
     "ceilings": False,
     "bounds": False,
+    "rounds": 2,
 }
 """Search options that keep a test search to a few seconds."""
 

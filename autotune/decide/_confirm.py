@@ -1,5 +1,6 @@
-"""Confirming and choosing: the finalists and the default loader measured again, side
-by side, and the cheapest confirmed config within tolerance of the fastest named."""
+"""Confirming: the finalists and the default loader measured again in interleaved
+rounds (A B C D, A B C D, ...), each round a new full-length probe of every config,
+then the verdict of :mod:`autotune.decide._rounds`."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import dataclasses
 
 import optuna
 
-from autotune._errors import WorkloadError
 from autotune.decide._choose import Candidate, cheapest_within, finalists
-from autotune.explore._backend import Backend, ExplorePlan
+from autotune.decide._rounds import Rounds, paired_ratios, round_noise, verdict
+from autotune.explore import Backend, ExplorePlan
 from autotune.explore._bounds import Bounds
 from autotune.probe import Measurement
 from autotune.progress._progress import Progress
@@ -17,26 +18,43 @@ from autotune.settings._settings import Settings
 from autotune.space._space import Space
 from autotune.study._study import GROUP, TrialRecord, records
 
+_MEASURED = ("COMPLETE", "PRUNED")
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Confirmed:
-    """What the confirming round measured, and the config chosen."""
+    """What the confirming rounds measured, and the config chosen."""
 
     winner: Measurement
+    """The chosen config, with the figures of its median round."""
     finalists: tuple[Measurement, ...]
-    """The finalists as re-measured (empty when none survived: the winner then comes from
-    exploration figures)."""
+    """Each config measured in every round, with its median round's figures (empty when
+    none was: the winner then comes from exploration figures)."""
     baseline: Measurement | None
+    """The default loader's median round; None when it failed in a round."""
+    confirmed: bool
+    """The winner was measured in every round; False: chosen from exploration alone."""
+    rounds: int = 0
+    noise: float = 0.0
+    """The noise measured between rounds (see :func:`round_noise`)."""
+    rates: tuple[float, ...] = ()
+    """The winner's samples/s in each round."""
+    speedup_rounds: tuple[float, ...] = ()
+    """winner / default in each round."""
+    is_default: bool = False
+    """No config beat the default loader beyond the noise: it is the recommendation."""
 
 
 def explored_candidates(study: optuna.Study, space: Space) -> list[Candidate]:
     """Exploration measurements of configs in the current space (pruned ones included:
-    a config within noise of the best may have been pruned by one unlucky window)."""
+    a config within noise of the best may have been pruned by one unlucky window).
+    Failed trials are left out, whatever figures they reported before failing."""
     candidates = []
     for record in records(study):
         if (
             record.role == "explore"
-            and record.state in ("COMPLETE", "PRUNED")
+            and record.state in _MEASURED
+            and record.failure is None
             and record.settings is not None
             and record.value is not None
             and space.contains(record.settings)
@@ -54,9 +72,57 @@ def confirm(
     *,
     later: int,
 ) -> Confirmed:
-    """Measure the finalists and the default loader again and choose."""
+    """Measure the finalists and the default loader again in interleaved rounds, and
+    choose."""
+    options = plan.options
+    user_batch = baseline.batch_size
+    configs = _finalist_settings(plan, explored, progress, user_batch)
+    order = [*configs, baseline]
+    roles = ["confirm"] * len(configs) + ["baseline"]
+    progress.phase(
+        "confirm",
+        f"measuring {len(configs)} finalist(s) and the default loader again, in "
+        f"{options.rounds} interleaved round(s)",
+    )
+    progress.plan("confirm", len(order) * options.rounds, None, later=later)
+    groups = [runner.measure(plan, order, roles) for _ in range(options.rounds)]
+    measured = _rounds_of(plan.study, groups, order)
+    default, finalist_rounds = measured[-1], measured[:-1]
+    noise = round_noise(measured)
+    try:
+        pick = verdict(
+            finalist_rounds,
+            default,
+            band=max(options.tolerance, noise),
+            user_batch=user_batch,
+        )
+    except ValueError:
+        progress.message("no config survived re-measuring; choosing from exploration figures")
+        return Confirmed(
+            winner=_from_exploration(plan.study, explored, options.tolerance, user_batch),
+            finalists=(),
+            baseline=default.typical() if default.rates else None,
+            confirmed=False,
+            rounds=options.rounds,
+        )
+    return Confirmed(
+        winner=pick.typical(),
+        finalists=tuple(r.typical() for r in finalist_rounds if r.complete),
+        baseline=default.typical() if default.complete else None,
+        confirmed=True,
+        rounds=options.rounds,
+        noise=noise,
+        rates=pick.rates,
+        speedup_rounds=paired_ratios(pick, default) if default.complete else (),
+        is_default=pick is default,
+    )
+
+
+def _finalist_settings(
+    plan: ExplorePlan, explored: list[Candidate], progress: Progress, user_batch: int
+) -> list[Settings]:
     tolerance = plan.options.tolerance
-    chosen = finalists(explored, tolerance, plan.options.finalists)
+    chosen = finalists(explored, tolerance, plan.options.finalists, user_batch=user_batch)
     configs = [c.settings for c in chosen]
     lighter = without_workers(chosen[0], plan.bounds, plan.space, tolerance) if chosen else None
     if lighter is not None and lighter.key() not in {s.key() for s in configs}:
@@ -65,22 +131,7 @@ def confirm(
             "without workers is confirmed beside it"
         )
         configs.append(lighter)
-    progress.phase(
-        "confirm",
-        f"measuring {len(configs)} finalist(s) and the default loader again, side by side",
-    )
-    progress.plan("confirm", len(configs) + 1, None, later=later)
-    group = runner.measure(plan, [*configs, baseline], ["confirm"] * len(configs) + ["baseline"])
-    confirmed, baseline_measured = _group_measurements(plan.study, group)
-    if confirmed:
-        pick = cheapest_within(
-            [Candidate(m.settings, m.samples_per_s) for m in confirmed], tolerance
-        )
-        winner = next(m for m in confirmed if m.settings == pick.settings)
-    else:
-        progress.message("no finalist survived re-measuring; choosing from exploration figures")
-        winner = _from_exploration(plan.study, explored, tolerance)
-    return Confirmed(winner=winner, finalists=tuple(confirmed), baseline=baseline_measured)
+    return configs
 
 
 def without_workers(
@@ -105,31 +156,48 @@ def without_workers(
     return lighter if space.contains(lighter) else None
 
 
-def _group_measurements(
-    study: optuna.Study, group: str
-) -> tuple[list[Measurement], Measurement | None]:
-    confirmed: list[Measurement] = []
-    baseline: Measurement | None = None
+def _rounds_of(study: optuna.Study, groups: list[str], order: list[Settings]) -> list[Rounds]:
+    """Each config's measurement in each round (None where its probe failed)."""
+    index = {group: i for i, group in enumerate(groups)}
+    found: list[list[Measurement | None]] = [[None] * len(groups) for _ in order]
     for trial in study.get_trials(deepcopy=False):
-        if trial.user_attrs.get(GROUP) != group:
+        round_index = index.get(str(trial.user_attrs.get(GROUP)))
+        if round_index is None:
             continue
         record = TrialRecord.from_trial(trial)
         measurement = record.measurement
-        if record.state != "COMPLETE" or measurement is None:
+        if record.state != "COMPLETE" or record.failure is not None or measurement is None:
             continue
-        if record.role == "baseline":
-            baseline = measurement
-        else:
-            confirmed.append(measurement)
-    return confirmed, baseline
+        slot = _slot(order, measurement.settings, role=record.role)
+        if slot is not None:
+            found[slot][round_index] = measurement
+    return [
+        Rounds(settings=settings, measurements=tuple(found[i])) for i, settings in enumerate(order)
+    ]
+
+
+def _slot(order: list[Settings], settings: Settings, *, role: str) -> int | None:
+    """Where a measured config sits in ``order``: the default loader is the last."""
+    if role == "baseline":
+        return len(order) - 1
+    for i, candidate in enumerate(order[:-1]):
+        if candidate == settings:
+            return i
+    return None
 
 
 def _from_exploration(
-    study: optuna.Study, explored: list[Candidate], tolerance: float
+    study: optuna.Study, explored: list[Candidate], tolerance: float, user_batch: int
 ) -> Measurement:
-    pick = cheapest_within(explored, tolerance)
+    pick = cheapest_within(explored, tolerance, user_batch=user_batch)
     for record in records(study):
         measurement = record.measurement
-        if measurement is not None and measurement.settings == pick.settings:
+        if (
+            record.state in _MEASURED
+            and record.failure is None
+            and measurement is not None
+            and measurement.settings == pick.settings
+        ):
             return measurement
-    raise WorkloadError("no measured config to choose from")  # unreachable: explored has one
+    # explored holds only configs of measured trials, so one matches
+    raise ValueError(f"no measured trial of {pick.settings.describe()}")

@@ -188,7 +188,7 @@ def run_ddp_stage(
         runs[contender.settings.key()] = run
     measured = [Candidate(m.settings, m.samples_per_s) for m in runs.values() if m.samples_per_s]
     if len(measured) > 1:
-        pick = cheapest_within(measured, options.tolerance).settings
+        pick = cheapest_within(measured, options.tolerance, user_batch=user_batch_size).settings
         winner = next(c for c in contenders if c.settings == pick)
     chosen = runs[winner.settings.key()]
     kwargs = dict(base)

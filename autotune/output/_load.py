@@ -60,8 +60,11 @@ def result_of(study: optuna.Study, *, path: Path | None = None) -> SearchResult:
             "run `autotune search` on it first."
         )
     tolerance = float(meta.get("options", {}).get("tolerance", 0.03))
+    user_batch = int(meta.get("batch_size") or 32)
     pick = cheapest_within(
-        [Candidate(r.settings, r.value) for r in measured if r.settings and r.value], tolerance
+        [Candidate(r.settings, r.value) for r in measured if r.settings and r.value],
+        tolerance,
+        user_batch=user_batch,
     )
     chosen = next(
         m for r in measured if (m := r.measurement) is not None and m.settings == pick.settings
@@ -74,6 +77,7 @@ def result_of(study: optuna.Study, *, path: Path | None = None) -> SearchResult:
         finalists=(chosen,),
         tolerance=tolerance,
         confirmed=False,
+        user_batch_size=user_batch,
         workload=dict(meta.get("workload", {})),
         study_path=str(path) if path else None,
         study_name=study.study_name,

@@ -19,7 +19,7 @@ def result_lines(result: SearchResult) -> list[str]:
     """The chosen settings and the figures behind them."""
     figures = result.figures
     lines = [f"best: {result.settings.describe()}  (device {result.device})"]
-    detail = f"  {format_rate(figures.samples_per_s)} samples/s"
+    detail = f"  {result.rate_text()}"
     if result.settings.echo > 1:
         detail += f" ({format_rate(figures.fresh_per_s)} fresh samples/s)"
     detail += f", waiting for data {figures.wait_fraction:.0%} of the time"
@@ -28,8 +28,8 @@ def result_lines(result: SearchResult) -> list[str]:
     if figures.peak_memory_bytes:
         detail += f", peak memory {_mib(figures.peak_memory_bytes)} MiB"
     lines.append(detail)
-    if not result.confirmed:
-        lines.append("  (not re-measured: the search did not reach its confirming round)")
+    if result.caveat is not None:
+        lines.append(f"  ({result.caveat})")
     if result.baseline is not None:
         base = result.baseline
         lines.append(
@@ -37,10 +37,15 @@ def result_lines(result: SearchResult) -> list[str]:
             f"{format_rate(base.samples_per_s)} samples/s, waiting for data "
             f"{base.figures.wait_fraction:.0%} of the time"
         )
-        if result.speedup is not None:
-            lines.append(f"speedup over the default: {result.speedup:.2f}x")
+        speedup = result.speedup_text()
+        if speedup is not None:
+            lines.append(f"speedup over the default: {speedup}")
+    if result.is_default:
+        lines.append(result.default_text())
     if result.ddp is not None:
         lines += result.ddp.describe()
+    else:
+        lines += result.batch_notes()
     return lines
 
 

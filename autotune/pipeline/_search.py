@@ -210,7 +210,7 @@ def _run_stages(
     # Later: the finalists and the default loader re-measured, the DDP probes, the ceilings.
     ceiling_probes = _CEILING_PROBES if options.ceilings else 0
     ddp_probes = planned_probes(info, options, options.finalists) if placement.ranks > 1 else 0
-    later = options.finalists + 1 + ddp_probes + ceiling_probes
+    later = (options.finalists + 1) * options.rounds + ddp_probes + ceiling_probes
     progress.plan("explore", options.trials, options.timeout, later=later)
     plan = ExplorePlan(
         study=study,
@@ -256,6 +256,11 @@ def _run_stages(
             user_batch_size=workload.batch_size,
             later=ceiling_probes,
         )
+        if winner.settings != confirmed.winner.settings:
+            # The DDP figures chose another finalist: the rounds measured the first one.
+            confirmed = dataclasses.replace(
+                confirmed, rates=(), speedup_rounds=(), is_default=False
+            )
     ceilings = (
         measure_ceilings(
             single,
@@ -280,7 +285,13 @@ def _run_stages(
         baseline_ceilings=ceilings.baseline,
         loader_limit=ceilings.loader_limit,
         tolerance=options.tolerance,
-        confirmed=bool(confirmed),
+        confirmed=confirmed.confirmed,
+        rounds=confirmed.rounds,
+        noise=confirmed.noise,
+        user_batch_size=workload.batch_size,
+        rates=confirmed.rates,
+        speedup_rounds=confirmed.speedup_rounds,
+        is_default=confirmed.is_default,
         workload=info,
         study_path=str(path),
         study_name=study.study_name,
@@ -373,10 +384,12 @@ def _workload_message(workload: Workload, failure: Failure, *, every_config: boo
 
 
 def _summary(result: SearchResult) -> str:
-    text = f"{result.settings.describe()}: {format_rate(result.samples_per_s)} samples/s"
-    if result.baseline is not None and result.speedup is not None:
+    if result.is_default:
+        return f"{result.settings.describe()}: {result.default_text()}"
+    text = f"{result.settings.describe()}: {result.rate_text()}"
+    speedup = result.speedup_text()
+    if result.baseline is not None and speedup is not None:
         text += (
-            f" vs {format_rate(result.baseline.samples_per_s)} for the default loader "
-            f"({result.speedup:.2f}x)"
+            f" vs {format_rate(result.baseline.samples_per_s)} for the default loader ({speedup})"
         )
     return text

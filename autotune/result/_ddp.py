@@ -8,7 +8,7 @@ from typing import Any
 
 from autotune._format import format_rate
 from autotune.probe import Failure, Figures
-from autotune.result._launch import ddp_code, lr_note, torchrun_line
+from autotune.result._launch import accumulation_steps, ddp_code, lr_note, torchrun_line
 from autotune.settings._settings import Settings
 
 
@@ -109,11 +109,17 @@ class DdpResult:
             threads=self.threads,
         )
 
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        """Batches per optimizer step that keep the user's global batch (1: none do)."""
+        return accumulation_steps(self.user_batch_size, self.global_batch_size)
+
     def lr_note(self) -> str | None:
         return lr_note(
             user_batch_size=self.user_batch_size,
             per_rank_batch_size=self.settings.batch_size,
             world_size=self.world_size,
+            accumulation=self.gradient_accumulation_steps,
         )
 
     def to_code(self, dataset: str = "dataset") -> str:
@@ -144,6 +150,12 @@ class DdpResult:
         kwargs = ", ".join(f"{k}={v!r}" for k, v in sorted(self.kwargs.items()))
         lines.append(f"  DistributedDataParallel(model, {kwargs})")
         lines.append(f"  launch: {self.torchrun()}")
+        steps = self.gradient_accumulation_steps
+        if steps > 1:
+            lines.append(
+                f"  gradient_accumulation_steps = {steps}: step the optimizer every {steps} "
+                f"batches to keep your global batch of {self.user_batch_size}"
+            )
         note = self.lr_note()
         if note:
             lines.append(f"  learning rate: {note}")
@@ -164,6 +176,7 @@ class DdpResult:
             "cuda_visible_devices": self.visible,
             "torchrun": self.torchrun(),
             "lr_note": self.lr_note(),
+            "gradient_accumulation_steps": self.gradient_accumulation_steps,
             "samples_per_s": self.samples_per_s,
             "single_samples_per_s": self.single_samples_per_s,
             "scaling_efficiency": self.scaling_efficiency,

@@ -38,22 +38,42 @@ def torchrun_line(
     return " ".join(words)
 
 
-def lr_note(*, user_batch_size: int, per_rank_batch_size: int, world_size: int) -> str | None:
+def accumulation_steps(user_batch: int, step_batch: int) -> int:
+    """Batches to accumulate per optimizer step so that ``step_batch`` samples per batch
+    (all ranks together) make the user's batch: ``user_batch / step_batch`` when that is
+    a whole number above 1; otherwise 1 (no whole count keeps the user's batch)."""
+    if step_batch < user_batch and user_batch % step_batch == 0:
+        return user_batch // step_batch
+    return 1
+
+
+def lr_note(
+    *, user_batch_size: int, per_rank_batch_size: int, world_size: int, accumulation: int = 1
+) -> str | None:
     """What the global batch means for the learning rate, when it differs from the user's.
 
-    The linear scaling rule (Goyal et al., 2017, "Accurate, Large Minibatch SGD"):
-    when the batch grows k times, multiply the learning rate by k, with a warm-up.
+    The global batch is per-rank batch x ranks x accumulation steps. The linear scaling
+    rule (Goyal et al., 2017, "Accurate, Large Minibatch SGD"): when the batch grows k
+    times, multiply the learning rate by k, with a warm-up.
     """
-    global_batch = per_rank_batch_size * world_size
+    global_batch = per_rank_batch_size * world_size * accumulation
     if global_batch == user_batch_size:
         return None
     ratio = global_batch / user_batch_size
+    parts = [f"{world_size} ranks"] if world_size > 1 else []
+    parts.append(f"{per_rank_batch_size}" if world_size > 1 else f"batch {per_rank_batch_size}")
+    if accumulation > 1:
+        parts.append(f"{accumulation} accumulation steps")
+    what = (
+        f"the global batch is {global_batch} ({' x '.join(parts)})"
+        if len(parts) > 1
+        else f"the batch is {global_batch}"
+    )
     note = (
-        f"the global batch is {global_batch} ({world_size} ranks x {per_rank_batch_size}), "
-        f"{ratio:g}x the {user_batch_size} you train with: by the linear scaling rule, "
+        f"{what}, {ratio:g}x the {user_batch_size} you train with: by the linear scaling rule, "
         f"multiply the learning rate by {ratio:g} (with a few epochs of warm-up when it grows)"
     )
-    if user_batch_size % world_size == 0:
+    if world_size > 1 and user_batch_size % world_size == 0:
         note += (
             f", or keep the global batch at {user_batch_size} with a per-rank batch of "
             f"{user_batch_size // world_size} (not measured)"

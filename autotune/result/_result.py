@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from autotune._errors import ConfigError, StudyError
+from autotune._format import format_rate
 from autotune.machine._machine import Machine
 from autotune.probe import Figures, Measurement
 from autotune.result._ddp import DdpResult
+from autotune.result._launch import accumulation_steps, lr_note
 from autotune.settings._settings import Settings
 
 EXPORT_FORMAT = 1
@@ -45,7 +48,22 @@ class SearchResult:
     at most 32): about the most any worker count gets out of this dataset here."""
     tolerance: float = 0.0
     confirmed: bool = True
-    """False when chosen from exploration figures alone (the search did not finish)."""
+    """True when the chosen config was measured again in every confirming round; False
+    when it was chosen from exploration figures alone (the search did not reach its
+    confirming rounds, or every config failed in them)."""
+    rounds: int = 0
+    """Interleaved confirming rounds (0: a study from before rounds were counted)."""
+    noise: float = 0.0
+    """The noise measured between the rounds (half the range over the median, the median
+    over configs): configs closer than max(tolerance, noise) count as equally fast."""
+    rates: tuple[float, ...] = ()
+    """The chosen config's samples/s in each round."""
+    speedup_rounds: tuple[float, ...] = ()
+    """Chosen / default in each round, both measured side by side."""
+    is_default: bool = False
+    """No config beat the default DataLoader beyond the noise: it is the recommendation."""
+    user_batch_size: int | None = None
+    """The batch size the user trains with today (the default loader's)."""
     workload: dict[str, Any] = dataclasses.field(default_factory=dict)
     """What the preflight learned of the workload (dataset length, parameters...)."""
     study_path: str | None = None
@@ -66,10 +84,103 @@ class SearchResult:
 
     @property
     def speedup(self) -> float | None:
-        """Chosen throughput / the default DataLoader's, measured in the same search."""
+        """Chosen throughput / the default DataLoader's, measured in the same search: the
+        median of the rounds' ratios. None when the default itself is recommended (no
+        speedup against itself) or was not measured."""
+        if self.is_default:
+            return None
+        if self.speedup_rounds:
+            return statistics.median(self.speedup_rounds)
         if self.baseline is None or self.baseline.samples_per_s <= 0:
             return None
         return self.samples_per_s / self.baseline.samples_per_s
+
+    @property
+    def speedup_interval(self) -> tuple[float, float] | None:
+        """The lowest and highest per-round speedup (two rounds or more)."""
+        if self.is_default or len(self.speedup_rounds) < 2:
+            return None
+        return min(self.speedup_rounds), max(self.speedup_rounds)
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        """The chosen config's lowest and highest samples/s over the rounds (two or more)."""
+        if len(self.rates) < 2:
+            return None
+        return min(self.rates), max(self.rates)
+
+    def speedup_text(self) -> str | None:
+        """ "1.31x (1.22-1.40, 3 rounds)"; None when there is no speedup to state."""
+        speedup = self.speedup
+        if speedup is None:
+            return None
+        interval = self.speedup_interval
+        if interval is None:
+            return f"{speedup:.2f}x"
+        rounds = len(self.speedup_rounds)
+        return f"{speedup:.2f}x ({interval[0]:.2f}-{interval[1]:.2f}, {rounds} rounds)"
+
+    def rate_text(self) -> str:
+        """The chosen samples/s, with its range over the rounds when there were several."""
+        text = f"{format_rate(self.samples_per_s)} samples/s"
+        interval = self.interval
+        if interval is not None:
+            text += (
+                f" ({format_rate(interval[0])}-{format_rate(interval[1])} over "
+                f"{len(self.rates)} rounds)"
+            )
+        return text
+
+    def default_text(self) -> str:
+        """Why the default DataLoader is the recommendation."""
+        return (
+            f"the default DataLoader is the recommendation: no config beat it beyond the "
+            f"noise (max(tolerance {self.tolerance:.0%}, {self.noise:.0%} between "
+            f"{self.rounds} rounds)); keep your loader as it is"
+        )
+
+    @property
+    def caveat(self) -> str | None:
+        """What to keep in mind before trusting the figures; None when confirmed."""
+        if self.confirmed:
+            return None
+        return (
+            "not confirmed: chosen from exploration figures alone (the search did not "
+            "re-measure it in its confirming rounds); run the search again to confirm it"
+        )
+
+    @property
+    def user_batch(self) -> int:
+        """The user's batch size: as recorded, else the default loader's."""
+        if self.user_batch_size is not None:
+            return self.user_batch_size
+        if self.baseline is not None:
+            return self.baseline.settings.batch_size
+        return self.settings.batch_size
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        """Batches per optimizer step that keep the user's global batch: the user's batch
+        over the chosen global one, when that divides evenly; else 1."""
+        world = self.ddp.world_size if self.ddp is not None else 1
+        return accumulation_steps(self.user_batch, self.settings.batch_size * world)
+
+    @property
+    def global_batch_size(self) -> int:
+        """Samples per optimizer step: per-rank batch x ranks x accumulation."""
+        world = self.ddp.world_size if self.ddp is not None else 1
+        return self.settings.batch_size * world * self.gradient_accumulation_steps
+
+    def lr_note(self) -> str | None:
+        """What the chosen batch means for the learning rate; None when the global batch
+        is the user's."""
+        world = self.ddp.world_size if self.ddp is not None else 1
+        return lr_note(
+            user_batch_size=self.user_batch,
+            per_rank_batch_size=self.settings.batch_size,
+            world_size=world,
+            accumulation=self.gradient_accumulation_steps,
+        )
 
     @property
     def ceiling(self) -> float | None:
@@ -100,10 +211,27 @@ class SearchResult:
 
     def to_code(self, dataset: str = "dataset") -> str:
         """Python source that builds the tuned loader (per rank, with DDP, when tuned for
-        several ranks)."""
+        several ranks), with the accumulation and learning-rate notes of its batch."""
         if self.ddp is not None:
-            return self.ddp.to_code(dataset=dataset)
-        return self.settings.to_code(dataset=dataset, device=self.device)
+            code = self.ddp.to_code(dataset=dataset)
+        else:
+            code = self.settings.to_code(dataset=dataset, device=self.device)
+        return code + "".join(f"{line}\n" for line in self.batch_notes(comment=True))
+
+    def batch_notes(self, *, comment: bool = False) -> list[str]:
+        """The accumulation and learning-rate lines for a batch other than the user's."""
+        lead = "# " if comment else ""
+        lines = []
+        steps = self.gradient_accumulation_steps
+        if steps > 1:
+            lines.append(
+                f"{lead}gradient_accumulation_steps = {steps}: step the optimizer every "
+                f"{steps} batches to keep your global batch of {self.user_batch}"
+            )
+        note = self.lr_note()
+        if note:
+            lines.append(f"{lead}learning rate: {note}")
+        return lines
 
     # ----------------------------------------------------------------- as data
     def to_dict(self) -> dict[str, Any]:
@@ -116,6 +244,16 @@ class SearchResult:
             "figures": self.figures.to_dict(),
             "baseline": self.baseline.to_dict() if self.baseline else None,
             "speedup": self.speedup,
+            "speedup_interval": list(self.speedup_interval) if self.speedup_interval else None,
+            "rounds": self.rounds,
+            "noise": self.noise,
+            "rates": list(self.rates),
+            "speedup_rounds": list(self.speedup_rounds),
+            "is_default": self.is_default,
+            "user_batch_size": self.user_batch,
+            "gradient_accumulation_steps": self.gradient_accumulation_steps,
+            "global_batch_size": self.global_batch_size,
+            "lr_note": self.lr_note(),
             "finalists": [m.to_dict() for m in self.finalists],
             "ceilings": {k: f.to_dict() for k, f in self.ceilings.items()},
             "baseline_ceilings": {k: f.to_dict() for k, f in self.baseline_ceilings.items()},
@@ -154,6 +292,12 @@ class SearchResult:
             ),
             tolerance=data.get("tolerance", 0.0),
             confirmed=data.get("confirmed", True),
+            rounds=data.get("rounds", 0),
+            noise=data.get("noise", 0.0),
+            rates=tuple(data.get("rates", ())),
+            speedup_rounds=tuple(data.get("speedup_rounds", ())),
+            is_default=data.get("is_default", False),
+            user_batch_size=data.get("user_batch_size"),
             workload=data.get("workload", {}),
             study_path=study.get("path"),
             study_name=study.get("name"),

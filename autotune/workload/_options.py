@@ -47,7 +47,12 @@ class SearchOptions:
     memory_limit: int | None = None
     """Bytes a trial's processes may use; None: 80% of the memory available at the start."""
     finalists: int = 3
-    """Configs re-measured before the winner is named."""
+    """Configs re-measured before the winner is named (at least; more when more of them
+    are within the noise of the best)."""
+    rounds: int = 3
+    """Interleaved rounds of re-measuring the finalists and the default loader, each a new
+    full-length probe of every config: the verdict uses each config's median and the
+    noise measured between rounds."""
     bounds: bool = True
     """Before exploring, measure the compute ceiling of each batch size, AMP mode and
     thread count: configs that cannot come near the best are then skipped, and exploring
@@ -79,6 +84,7 @@ class SearchOptions:
             "min_windows": self.min_windows,
             "trial_timeout": self.trial_timeout,
             "finalists": self.finalists,
+            "rounds": self.rounds,
         }
         for name, value in positive.items():
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:

@@ -6,7 +6,7 @@ import base64
 from collections.abc import Sequence
 from html import escape
 
-from autotune._format import format_rate
+from autotune._format import format_rate, sentence
 from autotune.decide._diagnosis import Diagnosis
 from autotune.output._report._data import TRIAL_COLUMNS, ReportData, trial_row
 from autotune.output._report._plots import Plot
@@ -129,16 +129,19 @@ def _chosen(data: ReportData) -> str:
     parts = ['<h2 id="chosen">The chosen settings</h2>', "<p>"]
     parts.append(
         f"<b>{escape(result.settings.describe())}</b> on {escape(result.device)}: "
-        f"{format_rate(result.samples_per_s)} samples/s"
+        f"{escape(result.rate_text())}"
     )
-    if result.baseline is not None and result.speedup is not None:
+    speedup = result.speedup_text()
+    if result.baseline is not None and speedup is not None:
         parts.append(
-            f", {result.speedup:.2f}x the default DataLoader "
+            f", {escape(speedup)} the default DataLoader "
             f"({format_rate(result.baseline.samples_per_s)} samples/s)"
         )
     parts.append(".")
-    if not result.confirmed:
-        parts.append(" Not re-measured: the search did not reach its confirming round.")
+    if result.is_default:
+        parts.append(f" {escape(sentence(result.default_text()))}")
+    if result.caveat is not None:
+        parts.append(f" <b>{escape(sentence(result.caveat))}</b>")
     parts.append("</p>")
     parts.append(f"<pre>{escape(result.to_code())}</pre>")
     return "".join(parts)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autotune._format import format_rate
+from autotune._format import format_rate, sentence
 from autotune.output._report._data import TRIAL_COLUMNS, ReportData, trial_row
 
 
@@ -49,13 +49,19 @@ def render_markdown(data: ReportData) -> str:
     if result is not None:
         lines += ["## The chosen settings", ""]
         summary = f"**{result.settings.describe()}** on {result.device}: "
-        summary += f"{format_rate(result.samples_per_s)} samples/s"
-        if result.baseline is not None and result.speedup is not None:
+        summary += result.rate_text()
+        speedup = result.speedup_text()
+        if result.baseline is not None and speedup is not None:
             summary += (
-                f", {result.speedup:.2f}x the default DataLoader "
+                f", {speedup} the default DataLoader "
                 f"({format_rate(result.baseline.samples_per_s)} samples/s)"
             )
-        lines += [summary + ".", "", "```python", result.to_code().rstrip("\n"), "```", ""]
+        lines += [summary + "."]
+        if result.is_default:
+            lines.append(f"\n{sentence(result.default_text())}")
+        if result.caveat is not None:
+            lines.append(f"\n**{sentence(result.caveat)}**")
+        lines += ["", "```python", result.to_code().rstrip("\n"), "```", ""]
     lines += ["## Every trial", ""]
     lines.append("| " + " | ".join(TRIAL_COLUMNS) + " |")
     lines.append("|" + "|".join(" ---: " for _ in TRIAL_COLUMNS[:-1]) + "| --- |")

@@ -1,0 +1,124 @@
+"""Confirmation rounds as a measurement: the finalists and the default loader measured
+in interleaved rounds, a median per config, the noise between rounds, and the verdict.
+
+Pure functions over the rounds' figures, so the rule is testable alone:
+
+- each config's figure is the median of its rounds;
+- the noise is what the rounds themselves show: for each config measured in two
+  rounds or more, half its range over its median (how far a round strays from the
+  middle), and the median of that over the configs;
+- the band is the larger of the tolerance and that noise;
+- the default loader wins unless a config beats it beyond the band; among those
+  that do, the cheapest within the band of the fastest is chosen;
+- the speedup over the default is the median of the per-round ratios (each round
+  measures both side by side), its interval their range.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Sequence
+
+from autotune.decide._choose import Candidate, cheapest_within, within
+from autotune.probe import Measurement
+from autotune.settings._settings import Settings
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Rounds:
+    """One config's re-measurements, one per round, in round order; None for a round
+    whose probe failed."""
+
+    settings: Settings
+    measurements: tuple[Measurement | None, ...]
+
+    @property
+    def complete(self) -> bool:
+        """Measured in every round: a config with a failed round is not chosen."""
+        return bool(self.measurements) and all(m is not None for m in self.measurements)
+
+    @property
+    def rates(self) -> tuple[float, ...]:
+        """samples/s of each round that measured."""
+        return tuple(m.samples_per_s for m in self.measurements if m is not None)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.rates) if self.rates else 0.0
+
+    def typical(self) -> Measurement:
+        """The round whose figure is the median (the lower middle for an even count):
+        real figures of one probe that stand for the config.
+
+        Raises:
+            ValueError: no round measured.
+        """
+        measured = sorted(
+            (m for m in self.measurements if m is not None), key=lambda m: m.samples_per_s
+        )
+        if not measured:
+            raise ValueError(f"{self.settings.describe()} was measured in no round")
+        return measured[(len(measured) - 1) // 2]
+
+
+def relative_spread(rates: Sequence[float]) -> float | None:
+    """Half the range of ``rates`` over their median; None for fewer than 2."""
+    if len(rates) < 2:
+        return None
+    middle = statistics.median(rates)
+    if middle <= 0:
+        return None
+    return (max(rates) - min(rates)) / (2 * middle)
+
+
+def round_noise(configs: Sequence[Rounds]) -> float:
+    """The noise between rounds: the median of each complete config's relative spread
+    (0.0 when no config was measured twice)."""
+    spreads = [
+        spread
+        for rounds in configs
+        if rounds.complete and (spread := relative_spread(rounds.rates)) is not None
+    ]
+    return statistics.median(spreads) if spreads else 0.0
+
+
+def verdict(
+    finalists: Sequence[Rounds],
+    default: Rounds | None,
+    *,
+    band: float,
+    user_batch: int,
+) -> Rounds:
+    """The config to recommend: the default unless a finalist beats it beyond ``band``;
+    otherwise the cheapest of those within ``band`` of the fastest.
+
+    Only complete configs count (a failed round's figures are never used).
+
+    Raises:
+        ValueError: no complete config, default included.
+    """
+    complete = [r for r in finalists if r.complete]
+    has_default = default is not None and default.complete
+    if not complete:
+        if default is not None and has_default:
+            return default
+        raise ValueError("no config was measured in every round")
+    candidates = [Candidate(r.settings, r.median) for r in complete]
+    near = within(candidates, band)
+    if default is not None and has_default:
+        beats = default.median * (1.0 + band)
+        near = [c for c in near if c.samples_per_s > beats]
+        if not near:
+            return default
+    pick = cheapest_within(near, band, user_batch=user_batch)
+    return next(r for r in complete if r.settings == pick.settings)
+
+
+def paired_ratios(chosen: Rounds, default: Rounds) -> tuple[float, ...]:
+    """chosen / default in each round both measured: the speedup, round by round."""
+    return tuple(
+        a.samples_per_s / b.samples_per_s
+        for a, b in zip(chosen.measurements, default.measurements, strict=False)
+        if a is not None and b is not None and b.samples_per_s > 0
+    )

@@ -1,0 +1,102 @@
+"""The confirming rounds' verdict, alone: medians, the noise between rounds, the default
+kept unless beaten beyond it, and the speedup's interval."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune import Settings
+from autotune.decide._rounds import Rounds, paired_ratios, relative_spread, round_noise, verdict
+from autotune.probe import Figures, Measurement, Window
+
+DEFAULT = Settings(batch_size=32)
+
+
+def measured(settings: Settings, *rates: float | None) -> Rounds:
+    """``settings`` measured once per round at ``rates`` samples/s (None: a failed round)."""
+    return Rounds(
+        settings=settings,
+        measurements=tuple(
+            None
+            if rate is None
+            else Measurement(
+                settings=settings,
+                figures=Figures(
+                    windows=(
+                        Window(
+                            index=0,
+                            seconds=1.0,
+                            samples=round(rate),
+                            fresh=round(rate),
+                            steps=1,
+                            wait_seconds=0.0,
+                        ),
+                    )
+                ),
+            )
+            for rate in rates
+        ),
+    )
+
+
+def workers(n: int) -> Settings:
+    return Settings(batch_size=32, num_workers=n, prefetch_factor=2)
+
+
+def test_a_config_is_its_median_round() -> None:
+    rounds = measured(workers(2), 100, 300, 120)
+    assert rounds.median == 120
+    assert rounds.typical().samples_per_s == 120
+    assert measured(workers(2), 100, 300, 120, 200).typical().samples_per_s == 120  # lower middle
+
+
+def test_the_noise_is_the_median_half_range_over_configs() -> None:
+    assert relative_spread([90, 100, 110]) == pytest.approx(0.1)
+    assert relative_spread([100]) is None
+    configs = [
+        measured(workers(1), 90, 100, 110),  # 10%
+        measured(workers(2), 80, 100, 120),  # 20%
+        measured(workers(3), 99, 100, 101),  # 1%
+        measured(workers(4), 10, None, 1000),  # a failed round: not counted
+    ]
+    assert round_noise(configs) == pytest.approx(0.1)
+    assert round_noise([measured(workers(1), 100)]) == 0.0
+
+
+def test_the_default_wins_when_every_finalist_is_slower() -> None:
+    default = measured(DEFAULT, 1000, 1010, 990)
+    slower = [measured(workers(2), 900, 905, 910), measured(workers(4), 700, 720, 710)]
+    assert verdict(slower, default, band=0.03, user_batch=32) is default
+
+
+def test_the_default_wins_unless_beaten_beyond_the_band() -> None:
+    default = measured(DEFAULT, 1000, 1000, 1000)
+    within = [measured(workers(2), 1040, 1040, 1040)]  # 4% faster
+    assert verdict(within, default, band=0.05, user_batch=32) is default
+    assert verdict(within, default, band=0.03, user_batch=32) is within[0]
+
+
+def test_the_cheapest_finalist_that_beats_the_default_is_chosen() -> None:
+    default = measured(DEFAULT, 500, 500, 500)
+    finalists = [
+        measured(workers(8), 1000, 1000, 1000),
+        measured(workers(2), 980, 980, 980),  # 2% off the best, 6 workers fewer
+        measured(workers(1), 900, 900, 900),  # 10% off: out
+    ]
+    assert verdict(finalists, default, band=0.03, user_batch=32).settings.num_workers == 2
+    # A wider band (noisier rounds) reaches one worker.
+    assert verdict(finalists, default, band=0.15, user_batch=32).settings.num_workers == 1
+
+
+def test_a_finalist_with_a_failed_round_is_never_chosen() -> None:
+    default = measured(DEFAULT, 100, 100, 100)
+    broken = measured(workers(4), 1000, None, 1000)
+    assert verdict([broken], default, band=0.03, user_batch=32) is default
+    with pytest.raises(ValueError, match="every round"):
+        verdict([broken], measured(DEFAULT, 100, None, 100), band=0.03, user_batch=32)
+
+
+def test_the_speedup_is_paired_round_by_round() -> None:
+    chosen = measured(workers(2), 200, 330, 240)
+    default = measured(DEFAULT, 100, 300, None)
+    assert paired_ratios(chosen, default) == pytest.approx((2.0, 1.1))
