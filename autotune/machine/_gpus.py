@@ -199,30 +199,35 @@ def parse_spec(spec: GpuSpec) -> tuple[int, ...] | None:
         return None
     if isinstance(spec, bool):
         raise ConfigError(f"gpus is {spec!r}; expected 'all', 'none' or GPU numbers such as '0,1'.")
-    if isinstance(spec, int):
-        numbers: list[Any] = [spec]
-    elif isinstance(spec, str):
+    if isinstance(spec, str):
         text = spec.strip().lower()
         if text == "all":
             return None
         if text in _NONE:
             return ()
-        numbers = [part.strip() for part in text.split(",")]
+        entries: list[Any] = [part.strip() for part in text.split(",")]
     else:
-        numbers = list(spec)
-    parsed = []
-    for number in numbers:
-        if isinstance(number, str) and number.isdigit():
-            number = int(number)
-        if isinstance(number, bool) or not isinstance(number, int) or number < 0:
-            raise ConfigError(
-                f"gpus is {spec!r}; expected 'all', 'none' or GPU numbers such as '0,1' "
-                f"({number!r} is not a GPU number)."
-            )
-        parsed.append(number)
+        entries = [spec] if isinstance(spec, int) else list(spec)
+    parsed = [_gpu_number(entry, spec) for entry in entries]
     if len(set(parsed)) != len(parsed):
         raise ConfigError(f"gpus is {spec!r}; it names a GPU twice.")
     return tuple(parsed)
+
+
+def _gpu_number(entry: Any, spec: GpuSpec) -> int:
+    """One entry of ``spec`` (an int, or the text of one) as a GPU number.
+
+    Raises:
+        ConfigError: the entry is not a whole number >= 0 (``spec`` is named in full).
+    """
+    if isinstance(entry, str) and entry.isdigit():
+        entry = int(entry)
+    if isinstance(entry, bool) or not isinstance(entry, int) or entry < 0:
+        raise ConfigError(
+            f"gpus is {spec!r}; expected 'all', 'none' or GPU numbers such as '0,1' "
+            f"({entry!r} is not a GPU number)."
+        )
+    return entry
 
 
 def select(spec: GpuSpec, discovery: Discovery) -> tuple[Gpu, ...]:

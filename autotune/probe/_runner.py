@@ -164,96 +164,152 @@ def run_probe(request: ProbeRequest, *, on_window: OnWindow | None = None) -> Pr
         request = dataclasses.replace(
             request, worker_start_method=multiprocessing.get_start_method()
         )
-    context = probe_context()
-    events, events_child = context.Pipe(duplex=False)
-    control_child, control = context.Pipe(duplex=False)
-    process = context.Process(  # type: ignore[attr-defined]
-        target=child_main,
-        args=(request, events_child, control_child),
-        name="autotune-probe",
-    )
-    began = time.perf_counter()
-    kills_before = oom_kills()
-    process.start()
-    events_child.close()
-    control_child.close()
-    watch = TreeWatch(process.pid, limit=request.memory_limit)
-    monitor = Monitor(gpus=request.monitor_gpus, cores=request.cpus)
-    span: list[float] = []  # [when the first window began, when the last one ended]
-
-    windows: list[Window] = []
-    startup: float | None = None
-    failure: Failure | None = None
-    info: dict[str, Any] = {}
-    stopped = finished = False
-    last_heard = time.monotonic()
+    probe = _RunningProbe(request, on_window)
     try:
+        probe.follow()
+    finally:
+        probe.end()
+    return probe.result()
+
+
+class _RunningProbe:
+    """One probe process, seen from the search: what it has reported so far, and how it
+    ended (finished, failed, or stopped early by ``on_window``)."""
+
+    def __init__(self, request: ProbeRequest, on_window: OnWindow | None) -> None:
+        """Start the probe's process, and watch its memory and the machine from now on."""
+        self.request = request
+        self.on_window = on_window
+        context = probe_context()
+        self.events, events_child = context.Pipe(duplex=False)
+        control_child, self.control = context.Pipe(duplex=False)
+        self.process: Any = context.Process(  # type: ignore[attr-defined]
+            target=child_main,
+            args=(request, events_child, control_child),
+            name="autotune-probe",
+        )
+        self.began = time.perf_counter()
+        self.kills_before = oom_kills()
+        self.process.start()
+        events_child.close()
+        control_child.close()
+        self.watch = TreeWatch(self.process.pid, limit=request.memory_limit)
+        self.monitor = Monitor(gpus=request.monitor_gpus, cores=request.cpus)
+        self.span: list[float] = []  # [when the first window began, when the last one ended]
+        self.windows: list[Window] = []
+        self.startup: float | None = None
+        self.failure: Failure | None = None
+        self.info: dict[str, Any] = {}
+        self.stopped = False
+        self.finished = False
+        self.last_heard = time.monotonic()
+
+    def follow(self) -> None:
+        """Read the probe's events and watch it until it is done, has failed or is gone."""
         while True:
             # Checked on every pass, not only when the probe is quiet: a probe whose
             # windows come faster than the poll would otherwise never be stopped.
-            if watch.exceeded_at is not None:
-                failure = _over_limit(watch)
-                break
-            if events.poll(_POLL_SECONDS):
-                try:
-                    kind, payload = events.recv()
-                except (EOFError, OSError):
-                    process.join(timeout=_GRACE_SECONDS)
-                    failure = _exit_failure(process.exitcode, kills_before)
-                    break
-                last_heard = time.monotonic()
-                if kind == "ready":
-                    startup = float(payload["startup_s"])
-                elif kind == "window":
-                    # Sampled at every window as well as in the background: a probe that
-                    # holds too much while it measures is seen even if the sampler is late.
-                    watch.sample()
-                    windows.append(payload)
-                    now = time.monotonic()
-                    span[:] = [span[0] if span else now - payload.seconds, now]
-                    if stopped or on_window is None:
-                        continue
-                    so_far = Figures(
-                        windows=tuple(windows),
-                        startup_s=startup,
-                        peak_memory_bytes=watch.peak or None,
-                        wall_s=time.perf_counter() - began,
-                        monitor=monitor.figures(*span),
-                    )
-                    if not on_window(payload, so_far):
-                        stopped = True
-                        _send_stop(control)
-                elif kind == "info":
-                    info.update(payload)
-                elif kind == "done":
-                    if watch.exceeded_at is not None:
-                        failure = _over_limit(watch)
-                    finished = True
-                    break
-                elif kind == "error":
-                    failure = _worker_oom(payload, kills_before)
-                    break
-                continue
-            silent = time.monotonic() - last_heard
-            if silent > request.stall_timeout:
-                failure = Failure(kind="timeout", message=_stall_message(startup, request))
-                break
-            if not process.is_alive() and not events.poll(0):
-                failure = _exit_failure(process.exitcode, kills_before)
-                break
-    finally:
-        _end(process, control, watch, graceful=finished)
-        monitor.stop()
-        events.close()
+            if self.watch.exceeded_at is not None:
+                self.failure = _over_limit(self.watch)
+                return
+            if self.events.poll(_POLL_SECONDS):
+                if not self._read_event():
+                    return
+            elif not self._still_running():
+                return
 
-    figures = Figures(
-        windows=tuple(windows),
-        startup_s=startup,
-        peak_memory_bytes=watch.peak or None,
-        wall_s=time.perf_counter() - began,
-        monitor=monitor.figures(*span) if span else monitor.figures(),
-    )
-    return ProbeResult(figures=figures, failure=failure, stopped=stopped, info=info)
+    def _read_event(self) -> bool:
+        """Take the next event and act on it; False once the probe has ended."""
+        try:
+            kind, payload = self.events.recv()
+        except (EOFError, OSError):
+            self.process.join(timeout=_GRACE_SECONDS)
+            self.failure = _exit_failure(self.process.exitcode, self.kills_before)
+            return False
+        self.last_heard = time.monotonic()
+        handlers: dict[str, Callable[[Any], bool]] = {
+            "ready": self._on_ready,
+            "window": self._on_window,
+            "info": self._on_info,
+            "done": self._on_done,
+            "error": self._on_error,
+        }
+        handler = handlers.get(kind)
+        # An event of another kind is passed over: the probe is still running.
+        return handler is None or handler(payload)
+
+    def _on_ready(self, payload: dict[str, Any]) -> bool:
+        """The first batch arrived: start-up is over."""
+        self.startup = float(payload["startup_s"])
+        return True
+
+    def _on_window(self, window: Window) -> bool:
+        """A measuring window ended: keep it, and ask ``on_window`` whether to go on."""
+        # Sampled at every window as well as in the background: a probe that
+        # holds too much while it measures is seen even if the sampler is late.
+        self.watch.sample()
+        self.windows.append(window)
+        now = time.monotonic()
+        self.span[:] = [self.span[0] if self.span else now - window.seconds, now]
+        if self.stopped or self.on_window is None:
+            return True
+        if not self.on_window(window, self.figures()):
+            self.stopped = True
+            _send_stop(self.control)
+        return True
+
+    def _on_info(self, payload: dict[str, Any]) -> bool:
+        """What the probe learned (where it runs, what a check found), kept for the result."""
+        self.info.update(payload)
+        return True
+
+    def _on_done(self, payload: None) -> bool:
+        """The probe finished; over the memory limit at the end, it still failed."""
+        if self.watch.exceeded_at is not None:
+            self.failure = _over_limit(self.watch)
+        self.finished = True
+        return False
+
+    def _on_error(self, failure: Failure) -> bool:
+        """The probe failed and said why."""
+        self.failure = _worker_oom(failure, self.kills_before)
+        return False
+
+    def _still_running(self) -> bool:
+        """After a poll that brought no event: False once the probe has hung or died."""
+        silent = time.monotonic() - self.last_heard
+        if silent > self.request.stall_timeout:
+            self.failure = Failure(
+                kind="timeout", message=_stall_message(self.startup, self.request)
+            )
+            return False
+        # Only with the pipe empty: what the probe sent before it died is read first.
+        if not self.process.is_alive() and not self.events.poll(0):
+            self.failure = _exit_failure(self.process.exitcode, self.kills_before)
+            return False
+        return True
+
+    def end(self) -> None:
+        """Make sure the probe's processes are gone, and stop watching the machine."""
+        _end(self.process, self.control, self.watch, graceful=self.finished)
+        self.monitor.stop()
+        self.events.close()
+
+    def figures(self) -> Figures:
+        """What the probe measured so far (all of it, once it has ended)."""
+        return Figures(
+            windows=tuple(self.windows),
+            startup_s=self.startup,
+            peak_memory_bytes=self.watch.peak or None,
+            wall_s=time.perf_counter() - self.began,
+            monitor=self.monitor.figures(*self.span) if self.span else self.monitor.figures(),
+        )
+
+    def result(self) -> ProbeResult:
+        """The probe's result: its figures, its failure if any, and whether it was stopped."""
+        return ProbeResult(
+            figures=self.figures(), failure=self.failure, stopped=self.stopped, info=self.info
+        )
 
 
 def _oom_killed_since(before: int | None) -> bool | None:

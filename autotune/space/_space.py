@@ -361,34 +361,55 @@ _MINIMUM = {"num_workers": 0, "prefetch_factor": 1, "batch_size": 1, "echo": 1, 
 
 
 def _check_values(knob: str, domain: Domain, machine: Machine, modes: tuple[str, ...]) -> None:
+    """Check the values the user gave ``knob`` suit it and this machine.
+
+    Raises:
+        SpaceError: a value out of the knob's range or of the wrong type, or one this
+            machine cannot use.
+    """
     values = domain.values() if not isinstance(domain, IntRange) else (domain.low, domain.high)
     if knob in _MINIMUM:
-        least = _MINIMUM[knob]
-        for value in values:
-            if knob == "threads" and value is None:
-                continue
-            if not _is_int(value) or value < least:  # type: ignore[operator]
-                raise SpaceError(
-                    f"space[{knob!r}] holds {value!r}; {knob} must be an integer >= {least}."
-                )
+        _check_minimum(knob, values)
     elif knob in ("persistent_workers", "pin_memory"):
-        for value in values:
-            if not isinstance(value, bool):
-                raise SpaceError(f"space[{knob!r}] holds {value!r}; expected True or False.")
-        if knob == "pin_memory" and True in values and machine.accelerator == "cpu":
-            raise SpaceError(
-                "space['pin_memory'] allows True, but this search runs on CPU; pinned memory "
-                "only helps copies to an accelerator. Remove it or set it to False."
-            )
+        _check_flags(knob, values, machine)
     elif knob == "amp":
-        for value in values:
-            if value not in AMP_MODES:
-                raise SpaceError(f"space['amp'] holds {value!r}; allowed are {list(AMP_MODES)}.")
-            if value != "off" and value not in modes:
-                raise SpaceError(
-                    f"space['amp'] holds {value!r}, which this {machine.accelerator} device "
-                    f"does not run natively; allowed here: {list(modes)}."
-                )
+        _check_amp(values, machine, modes)
+
+
+def _check_minimum(knob: str, values: Sequence[Value]) -> None:
+    """Integer knobs: every value an integer no less than the knob's least."""
+    least = _MINIMUM[knob]
+    for value in values:
+        if knob == "threads" and value is None:
+            continue
+        if not _is_int(value) or value < least:  # type: ignore[operator]
+            raise SpaceError(
+                f"space[{knob!r}] holds {value!r}; {knob} must be an integer >= {least}."
+            )
+
+
+def _check_flags(knob: str, values: Sequence[Value], machine: Machine) -> None:
+    """On/off knobs: every value a bool, and pinned memory only with an accelerator."""
+    for value in values:
+        if not isinstance(value, bool):
+            raise SpaceError(f"space[{knob!r}] holds {value!r}; expected True or False.")
+    if knob == "pin_memory" and True in values and machine.accelerator == "cpu":
+        raise SpaceError(
+            "space['pin_memory'] allows True, but this search runs on CPU; pinned memory "
+            "only helps copies to an accelerator. Remove it or set it to False."
+        )
+
+
+def _check_amp(values: Sequence[Value], machine: Machine, modes: tuple[str, ...]) -> None:
+    """AMP modes: every value a known mode, and one this machine's device runs natively."""
+    for value in values:
+        if value not in AMP_MODES:
+            raise SpaceError(f"space['amp'] holds {value!r}; allowed are {list(AMP_MODES)}.")
+        if value != "off" and value not in modes:
+            raise SpaceError(
+                f"space['amp'] holds {value!r}, which this {machine.accelerator} device "
+                f"does not run natively; allowed here: {list(modes)}."
+            )
 
 
 def _check_consistency(user: Mapping[str, Any], domains: Mapping[str, Domain]) -> None:

@@ -77,6 +77,19 @@ class SearchOptions:
     """backend "ray": at most this many trials at once; None: as many as the resources allow."""
 
     def __post_init__(self) -> None:
+        # Checked in this order: with several options wrong, the first check that fails
+        # is the one reported.
+        self._check_budget()
+        self._check_pruning()
+        self._check_placement()
+        self._check_backend()
+        if self.warmup_seconds < 0:
+            raise ConfigError(
+                f"search option warmup_seconds is {self.warmup_seconds}; expected >= 0."
+            )
+
+    def _check_budget(self) -> None:
+        """The counts and durations that must be positive, the timeout and the tolerance."""
         positive = {
             "trials": self.trials,
             "window_seconds": self.window_seconds,
@@ -95,6 +108,9 @@ class SearchOptions:
             raise ConfigError(
                 f"search option tolerance is {self.tolerance!r}; expected a fraction in [0, 1)."
             )
+
+    def _check_pruning(self) -> None:
+        """ASHA's settings: a reduction factor it can use, and rungs in order."""
         if self.reduction_factor < 2:
             raise ConfigError(
                 f"search option reduction_factor is {self.reduction_factor}; expected >= 2."
@@ -104,22 +120,22 @@ class SearchOptions:
                 f"search option min_windows ({self.min_windows}) exceeds max_windows "
                 f"({self.max_windows})."
             )
-        if self.ranks is not None and (
-            isinstance(self.ranks, bool) or not isinstance(self.ranks, int) or self.ranks < 1
-        ):
+
+    def _check_placement(self) -> None:
+        """The ranks and the GPUs the search runs on."""
+        if self.ranks is not None and not _is_count(self.ranks):
             raise ConfigError(f"search option ranks is {self.ranks!r}; expected an integer >= 1.")
         from autotune.machine._gpus import parse_spec
 
         parse_spec(self.gpus)
+
+    def _check_backend(self) -> None:
+        """The backend, and the options only one backend reads."""
         if self.backend not in BACKENDS:
             raise ConfigError(
                 f"search option backend is {self.backend!r}; expected one of {list(BACKENDS)}."
             )
-        if self.concurrent is not None and (
-            isinstance(self.concurrent, bool)
-            or not isinstance(self.concurrent, int)
-            or self.concurrent < 1
-        ):
+        if self.concurrent is not None and not _is_count(self.concurrent):
             raise ConfigError(
                 f"search option concurrent is {self.concurrent!r}; expected a whole number >= 1."
             )
@@ -129,10 +145,6 @@ class SearchOptions:
                     f"search option {name} is for backend 'ray', but backend is "
                     f"{self.backend!r}; add backend='ray' (--backend ray)."
                 )
-        if self.warmup_seconds < 0:
-            raise ConfigError(
-                f"search option warmup_seconds is {self.warmup_seconds}; expected >= 0."
-            )
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], **overrides: Any) -> SearchOptions:
@@ -154,6 +166,11 @@ class SearchOptions:
             return cls(**values)
         except TypeError as error:
             raise ConfigError(f"search options: {error}") from None
+
+
+def _is_count(value: Any) -> bool:
+    """Whether ``value`` is an integer >= 1 (a bool, though an int, is not)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def parse_bytes(value: int | str) -> int:
