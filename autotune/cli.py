@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import traceback
 import warnings
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
 EXIT_INTERNAL = 1
+EXIT_BROKEN_PIPE = 141
+"""What a shell reports for a command killed by SIGPIPE (128 + 13), as `head` expects."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -76,6 +79,12 @@ def _parser() -> argparse.ArgumentParser:
 
     show = commands.add_parser("show", help="the best settings and the trials of a study")
     show.add_argument("study", help="a study name or .db path")
+    show.add_argument(
+        "--json",
+        action="store_true",
+        help="print the chosen settings, the confirmed figures with their intervals, the "
+        "default's figures and the diagnosis as JSON, for scripts",
+    )
 
     export = commands.add_parser("export", help="the best settings of a study as JSON")
     export.add_argument("study", help="a study name or .db path")
@@ -111,6 +120,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     try:
         return handlers[args.command](args)
+    except BrokenPipeError:
+        # The reader went away (`autotune show study.db | head`): nothing left to say.
+        # Point stdout at /dev/null so that flushing it at exit does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except AutotuneError as error:
         if args.debug:
             traceback.print_exc()
@@ -166,20 +180,37 @@ def _search(args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace) -> int:
     from autotune.decide._diagnosis import diagnose
     from autotune.output._load import result_of
-    from autotune.output._show import counts_line, diagnosis_lines, result_lines, trials_table
+    from autotune.output._show import (
+        counts_line,
+        diagnosis_lines,
+        result_lines,
+        show_json,
+        trials_table,
+    )
     from autotune.study._study import open_study, read_meta, records, resolve
 
     path, name = resolve(args.study, Path(args.study).stem)
     study = open_study(path, name, create=False)
     read_meta(study)  # refuses a study this version cannot read
     trials = records(study)
-    print(f"study {study.study_name!r} in {path}: {counts_line(trials)}")
     try:
-        result = result_of(study, path=path)
+        result: SearchResult | None = result_of(study, path=path)
+        error = None
+    except AutotuneError as failure:
+        result, error = None, str(failure)
+    diagnoses = diagnose(result) if result is not None else []
+    if result is not None:
         _warn_if_moved(result)
+    if args.json:
+        data = {"study": {"name": study.study_name, "path": str(path)}}
+        data.update(show_json(result, diagnoses, error))
+        print(json.dumps(data, indent=2, sort_keys=True))
+        return 0
+    print(f"study {study.study_name!r} in {path}: {counts_line(trials)}")
+    if result is not None:
         print("\n".join(result_lines(result)))
-        print("\n".join(diagnosis_lines(diagnose(result))))
-    except AutotuneError as error:
+        print("\n".join(diagnosis_lines(diagnoses)))
+    else:
         print(f"no settings chosen yet: {error}")
     print()
     print("\n".join(trials_table(trials)))

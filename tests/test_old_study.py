@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import optuna
@@ -81,3 +83,34 @@ def test_a_search_resumes_it(old_study: Path) -> None:
     study = optuna.load_study(study_name=old_study.stem, storage=f"sqlite:///{old_study}")
     assert len([t for t in study.trials if t.number >= before]) >= 2  # explore + confirm
     assert autotune.load(old_study, check_machine=False).settings.batch_size in (16, 32)
+
+
+def test_show_json_gives_the_settings_figures_and_diagnosis(
+    old_study: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["show", old_study.name, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    chosen = data["result"]
+    assert chosen["dataloader"] == {"batch_size": 32, "num_workers": 0, "pin_memory": False}
+    assert chosen["confirmed"] is True and chosen["caveat"] is None
+    assert chosen["samples_per_s"] == pytest.approx(98_194, rel=1e-3)
+    assert chosen["default"]["samples_per_s"] == pytest.approx(40_746, rel=1e-3)
+    assert chosen["speedup"] == pytest.approx(98_194 / 40_746, rel=1e-3)
+    assert chosen["interval"] is None  # a study from before the rounds
+    assert [d["subject"] for d in data["diagnosis"]] == ["best", "default loader"]
+    assert data["diagnosis"][0]["verdict"] == "data-bound"
+    assert data["study"]["name"] == "study_v0_1"
+
+
+def test_show_piped_into_head_ends_quietly(old_study: Path) -> None:
+    shell = f"{sys.executable} -m autotune show {old_study.name} | head -n 1"
+    done = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", shell],
+        cwd=old_study.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.stdout.startswith("study 'study_v0_1'")
+    assert done.stderr == ""
+    assert done.returncode in (0, 141)  # 141: the shell's code for a closed pipe

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 from autotune._format import format_rate
 from autotune.decide._diagnosis import Diagnosis
@@ -100,3 +101,60 @@ def counts_line(records: Sequence[TrialRecord]) -> str:
     counts = Counter(r.state.lower() for r in records)
     parts = [f"{n} {state}" for state, n in sorted(counts.items())]
     return f"{len(records)} trials: " + ", ".join(parts)
+
+
+def show_json(
+    result: SearchResult | None, diagnoses: Sequence[Diagnosis], error: str | None
+) -> dict[str, Any]:
+    """What ``autotune show --json`` prints, for scripts: the chosen settings, the
+    confirmed figures with their intervals, the default's figures, and the diagnosis."""
+    if result is None:
+        return {"result": None, "error": error}
+    baseline = result.baseline
+    interval = result.interval
+    speedup_interval = result.speedup_interval
+    return {
+        "result": {
+            "settings": result.settings.to_dict(),
+            "dataloader": result.settings.dataloader_kwargs(),
+            "device": result.device,
+            "confirmed": result.confirmed,
+            "caveat": result.caveat,
+            "rounds": result.rounds,
+            "noise": result.noise,
+            "samples_per_s": result.samples_per_s,
+            "interval": list(interval) if interval else None,
+            "is_default": result.is_default,
+            "default": (
+                {
+                    "settings": baseline.settings.to_dict(),
+                    "samples_per_s": baseline.samples_per_s,
+                    "wait_fraction": baseline.figures.wait_fraction,
+                }
+                if baseline is not None
+                else None
+            ),
+            "speedup": result.speedup,
+            "speedup_interval": list(speedup_interval) if speedup_interval else None,
+            "gradient_accumulation_steps": result.gradient_accumulation_steps,
+            "lr_note": result.lr_note(),
+        },
+        "diagnosis": [_diagnosis_json(d) for d in diagnoses],
+        "error": None,
+    }
+
+
+def _diagnosis_json(diagnosis: Diagnosis) -> dict[str, Any]:
+    return {
+        "subject": diagnosis.subject,
+        "verdict": diagnosis.verdict,
+        "samples_per_s": diagnosis.samples_per_s,
+        "wait_share": diagnosis.wait_share,
+        "compute_ceiling": diagnosis.compute_ceiling,
+        "data_ceiling": diagnosis.data_ceiling,
+        "loader_limit": diagnosis.loader_limit,
+        "limit_workers": diagnosis.limit_workers,
+        "of_ceiling": diagnosis.of_ceiling,
+        "evidence": list(diagnosis.evidence),
+        "advice": list(diagnosis.advice),
+    }
