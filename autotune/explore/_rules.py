@@ -26,6 +26,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune._format import format_rate
 from autotune.explore._backend import ExplorePlan
+from autotune.explore._outcome import Outcome, probe_outcome, record_failure, record_interrupted
 from autotune.explore._trials import best_record, enqueue
 from autotune.probe import Failure, ProbeResult
 from autotune.probe._failure import shm_shortfall
@@ -55,25 +56,13 @@ _ENUMERABLE = 20_000
 """Spaces up to this many configs are enumerated to find one not measured yet."""
 PROPOSED_BY = "autotune.proposed_by"
 """Trial attribute: why autotune queued this config instead of the sampler's proposal."""
-_MAX_TRACEBACK = 20_000
 SHM_DIR = "/dev/shm"
 """Where DataLoader workers hand batches over (POSIX shared memory on Linux)."""
-
-
-class TrialFailed(Exception):
-    """A probe failed; the trial is recorded as FAIL with the reason."""
 
 
 def failure_signature(failure: Failure) -> str:
     """Equal for one error met in different configs (indices and pids differ)."""
     return re.sub(r"\d+", "#", failure.signature())
-
-
-def record_failure(trial: optuna.Trial, failure: Failure) -> None:
-    data = failure.to_dict()
-    if data.get("traceback"):
-        data["traceback"] = data["traceback"][-_MAX_TRACEBACK:]
-    trial.set_user_attr(FAILURE, data)
 
 
 class OutOfMemoryRule:
@@ -108,23 +97,6 @@ class OutOfMemoryRule:
                 f"not run: {which} ran out of memory with the same settings in trial #{number}"
             ),
         )
-
-
-@dataclasses.dataclass(frozen=True)
-class Outcome:
-    """How a trial ends: its state, its value (samples/s) when complete, and why."""
-
-    state: TrialState
-    value: float | None = None
-    reason: str = ""
-
-    def unwrap(self) -> float:
-        """The value for Optuna's ``optimize``; raises what ends the trial otherwise."""
-        if self.state == TrialState.COMPLETE and self.value is not None:
-            return self.value
-        if self.state == TrialState.PRUNED:
-            raise optuna.TrialPruned(self.reason)
-        raise TrialFailed(self.reason)
 
 
 class ProposedTrial(TrialLike, Protocol):
@@ -207,17 +179,12 @@ class TrialRules:
             if result.failure.kind == "oom":
                 with self._lock:
                     self.oom.add(settings, trial.number)
-            return Outcome(TrialState.FAIL, reason=result.failure.message)
-        if result.stopped:
-            windows = len(result.figures.windows)
-            return Outcome(TrialState.PRUNED, reason=f"pruned after {windows} windows")
-        return Outcome(TrialState.COMPLETE, result.figures.samples_per_s)
+        return probe_outcome(result)
 
     @staticmethod
     def interrupted(trial: optuna.Trial, message: str = "interrupted (Ctrl-C)") -> Outcome:
         """Record a trial that was cut short by the user or by the end of the search."""
-        record_failure(trial, Failure(kind="interrupted", message=message))
-        return Outcome(TrialState.FAIL, reason=message)
+        return record_interrupted(trial, message)
 
     def _shm_shortfall(self, settings: Settings) -> Failure | None:
         """Refuse up front a config whose batches in flight cannot fit in /dev/shm: its
