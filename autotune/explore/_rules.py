@@ -14,10 +14,8 @@ embedded backend's objective, or the Ray backend's driver):
 
 from __future__ import annotations
 
-import dataclasses
 import random
 import re
-import shutil
 import threading
 from typing import Any, Protocol
 
@@ -27,9 +25,15 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune._format import format_rate
 from autotune.explore._backend import ExplorePlan
 from autotune.explore._outcome import Outcome, probe_outcome, record_failure, record_interrupted
+from autotune.explore._ruled_out import (
+    OutOfMemoryRule,
+    bytes_per_sample,
+    free_shm_bytes,
+    out_of_reach,
+    shm_blocks,
+)
 from autotune.explore._trials import best_record, enqueue
 from autotune.probe import Failure, ProbeResult
-from autotune.probe._failure import shm_shortfall
 from autotune.settings._settings import Settings
 from autotune.space._space import TrialLike
 from autotune.study._study import (
@@ -56,47 +60,11 @@ _ENUMERABLE = 20_000
 """Spaces up to this many configs are enumerated to find one not measured yet."""
 PROPOSED_BY = "autotune.proposed_by"
 """Trial attribute: why autotune queued this config instead of the sampler's proposal."""
-SHM_DIR = "/dev/shm"
-"""Where DataLoader workers hand batches over (POSIX shared memory on Linux)."""
 
 
 def failure_signature(failure: Failure) -> str:
     """Equal for one error met in different configs (indices and pids differ)."""
     return re.sub(r"\d+", "#", failure.signature())
-
-
-class OutOfMemoryRule:
-    """Remembers which batch sizes ran out of memory with which other settings."""
-
-    def __init__(self) -> None:
-        self._smallest: dict[str, tuple[int, int]] = {}
-
-    @staticmethod
-    def _key(settings: Settings) -> str:
-        return dataclasses.replace(settings, batch_size=1).key()
-
-    def add(self, settings: Settings, number: int) -> None:
-        key = self._key(settings)
-        known = self._smallest.get(key)
-        if known is None or settings.batch_size < known[0]:
-            self._smallest[key] = (settings.batch_size, number)
-
-    def blocks(self, settings: Settings) -> Failure | None:
-        known = self._smallest.get(self._key(settings))
-        if known is None or settings.batch_size < known[0]:
-            return None
-        batch, number = known
-        which = (
-            f"batch {batch}"
-            if settings.batch_size == batch
-            else f"batch {settings.batch_size} > batch {batch}, which"
-        )
-        return Failure(
-            kind="infeasible",
-            message=(
-                f"not run: {which} ran out of memory with the same settings in trial #{number}"
-            ),
-        )
 
 
 class ProposedTrial(TrialLike, Protocol):
@@ -116,7 +84,6 @@ class TrialRules:
         self.plan = plan
         self.exploring = exploring
         self.backend = backend
-        self.oom = OutOfMemoryRule()
         self.failures: list[Failure] = []
         self.successes = 0
         self.repeats = 0
@@ -124,15 +91,8 @@ class TrialRules:
         self._lock = threading.Lock()
         """Trials end in several threads when the embedded backend runs them in parallel."""
         fail_abandoned(plan.study)
-        for trial in plan.study.get_trials(deepcopy=False):
-            record = TrialRecord.from_trial(trial)
-            if record.failure and record.failure.kind == "oom" and record.settings:
-                self.oom.add(record.settings, record.number)
-        workload = (plan.study.user_attrs.get(META) or {}).get("workload") or {}
-        samples = workload.get("batch_samples")
-        self.bytes_per_sample = (
-            float(workload.get("batch_bytes") or 0) / samples if samples else 0.0
-        )
+        self.oom = OutOfMemoryRule.from_trials(plan.study.get_trials(deepcopy=False))
+        self.bytes_per_sample = bytes_per_sample(plan.study.user_attrs.get(META))
 
     # ----------------------------------------------------------------- one trial
     def begin(self, trial: ProposedTrial) -> tuple[str, Settings]:
@@ -150,9 +110,7 @@ class TrialRules:
 
     def settled(self, trial: optuna.Trial, settings: Settings, role: str) -> Outcome | None:
         """The outcome of a trial that needs no probe (ruled out, or a repeat); None to probe."""
-        with self._lock:
-            blocked = self.oom.blocks(settings)
-        blocked = blocked or self._shm_shortfall(settings)
+        blocked = self._blocked(settings)
         if blocked is not None:
             record_failure(trial, blocked)
             return Outcome(TrialState.FAIL, reason=blocked.message)
@@ -160,15 +118,12 @@ class TrialRules:
             earlier = self._earlier(settings, trial.number)
             if earlier is not None:
                 return self._repeat(trial, earlier)
-            bounds = self.plan.bounds
-            if bounds is not None:
-                best = best_record(self.plan.study, role="explore")
-                reason = bounds.rules_out(
-                    settings, best.value if best else None, self.plan.options.tolerance
-                )
-                if reason is not None:
-                    trial.set_user_attr(BOUNDED, reason)
-                    return Outcome(TrialState.PRUNED, reason=reason)
+            reason = out_of_reach(
+                self.plan.study, settings, self.plan.bounds, self.plan.options.tolerance
+            )
+            if reason is not None:
+                trial.set_user_attr(BOUNDED, reason)
+                return Outcome(TrialState.PRUNED, reason=reason)
         return None
 
     def conclude(self, trial: optuna.Trial, settings: Settings, result: ProbeResult) -> Outcome:
@@ -186,22 +141,15 @@ class TrialRules:
         """Record a trial that was cut short by the user or by the end of the search."""
         return record_interrupted(trial, message)
 
-    def _shm_shortfall(self, settings: Settings) -> Failure | None:
-        """Refuse up front a config whose batches in flight cannot fit in /dev/shm: its
-        workers would die of a bus error, or fail to allocate, at some later batch. Only
-        where the probe runs on this machine: a Ray worker elsewhere has its own /dev/shm."""
-        if self.backend != "optuna":
-            return None
-        try:
-            free = shutil.disk_usage(SHM_DIR).free
-        except OSError:
-            return None
-        return shm_shortfall(
-            num_workers=settings.num_workers,
-            prefetch_factor=settings.prefetch_factor,
-            batch_bytes=self.bytes_per_sample * settings.batch_size,
-            free_bytes=free,
-        )
+    def _blocked(self, settings: Settings) -> Failure | None:
+        """Why ``settings`` cannot run at all; None if it may."""
+        with self._lock:
+            blocked = self.oom.blocks(settings)
+        # Only where the probe runs on this machine: a Ray worker elsewhere has its own
+        # /dev/shm.
+        if blocked is None and self.backend == "optuna":
+            blocked = shm_blocks(settings, self.bytes_per_sample, free_shm_bytes())
+        return blocked
 
     # ----------------------------------------------------------------- repeats
     def _earlier(self, settings: Settings, number: int) -> FrozenTrial | None:
