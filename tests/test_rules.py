@@ -8,6 +8,7 @@ import optuna
 import pytest
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.explore import _repeats as repeats
 from autotune.explore import _ruled_out as ruled_out
 from autotune.explore._bounds import Bounds, compute_key
 from autotune.explore._outcome import (
@@ -17,6 +18,16 @@ from autotune.explore._outcome import (
     record_failure,
     record_interrupted,
 )
+from autotune.explore._repeats import (
+    PROPOSED_BY,
+    UnmeasuredProposer,
+    earlier_trial,
+    measured_keys,
+    nothing_new,
+    repeat_outcome,
+    reuse,
+    within_reach,
+)
 from autotune.explore._ruled_out import (
     OutOfMemoryRule,
     bytes_per_sample,
@@ -24,9 +35,19 @@ from autotune.explore._ruled_out import (
     out_of_reach,
     shm_blocks,
 )
+from autotune.machine._machine import Machine
 from autotune.probe import Failure, Figures, ProbeResult, Window
 from autotune.settings._settings import Settings
-from autotune.study._study import FAILURE, ROLE, SETTINGS
+from autotune.space._space import Space, build_space
+from autotune.study._study import (
+    BOUNDED,
+    DUPLICATE_OF,
+    FAILURE,
+    FIGURES,
+    ROLE,
+    SETTINGS,
+    TrialRecord,
+)
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 
@@ -202,3 +223,213 @@ def test_a_config_out_of_reach_of_the_best_explored_one_is_ruled_out() -> None:
     assert reason is not None and reason.startswith("not run: the model alone trains 400")
     assert out_of_reach(study, large, bounds, tolerance=0.03) is None
     assert out_of_reach(study, small, None, tolerance=0.03) is None
+
+
+# ------------------------------------------------------------------ repeats
+MACHINE = Machine(cpus=2, cpu_model="t", memory_bytes=2**33, shm_bytes=2**30, accelerator="cpu")
+BATCHES = (8, 16, 32, 64, 128)
+
+
+def batches_space() -> Space:
+    """Five configs that differ in batch size alone; each one's neighbours are the next
+    batch sizes down and up."""
+    user = {"batch_size": list(BATCHES), "num_workers": 0, "threads": 1, "amp": "off"}
+    return build_space(user, MACHINE, batch_size=8)
+
+
+def config(batch: int) -> Settings:
+    return Settings(batch_size=batch, threads=1)
+
+
+def test_a_config_settled_by_an_earlier_explored_trial_is_a_repeat() -> None:
+    study = optuna.create_study()
+    add_trial(study, config(16), value=100.0, role="confirm")
+    first = add_trial(
+        study, config(16), state=TrialState.FAIL, failure=Failure(kind="error", message="x")
+    )
+    add_trial(study, config(16), value=100.0)
+    trials = study.get_trials(deepcopy=False)
+    repeated = earlier_trial(trials, config(16), number=9)
+    assert repeated is not None and repeated.number == first.number  # the first to settle it
+    assert earlier_trial(trials, config(32), number=9) is None
+    assert earlier_trial(trials[:2], config(16), number=first.number) is None  # not itself
+
+
+def test_a_config_that_may_pass_another_time_is_measured_again() -> None:
+    study = optuna.create_study()
+    for kind in ("interrupted", "timeout"):
+        failure = Failure(kind=kind, message=kind)
+        add_trial(study, config(16), state=TrialState.FAIL, failure=failure)
+    add_trial(study, config(16), state=TrialState.RUNNING)  # not settled yet
+    assert earlier_trial(study.get_trials(deepcopy=False), config(16), number=9) is None
+    oom = add_trial(study, config(16), state=TrialState.FAIL, failure=OOM)
+    repeated = earlier_trial(study.get_trials(deepcopy=False), config(16), number=9)
+    assert repeated is not None and repeated.number == oom.number
+
+
+def test_a_repeat_ends_as_the_trial_it_repeats() -> None:
+    study = optuna.create_study()
+    complete = add_trial(study, config(8), value=150.0)
+    pruned = add_trial(study, config(16), state=TrialState.PRUNED, steps={1: 90.0})
+    failed = add_trial(study, config(32), state=TrialState.FAIL, failure=OOM)
+    assert repeat_outcome(complete) == Outcome(TrialState.COMPLETE, 150.0)
+    assert repeat_outcome(pruned) == Outcome(
+        TrialState.PRUNED, reason="same config as trial #1, which was pruned"
+    )
+    assert repeat_outcome(failed) == Outcome(
+        TrialState.FAIL, reason="same config as trial #2, which failed"
+    )
+
+
+def test_a_repeat_reuses_the_figures_and_windows_of_the_trial_it_repeats() -> None:
+    study = optuna.create_study(direction="maximize")
+    earlier = add_trial(
+        study,
+        config(16),
+        value=200.0,
+        steps={1: 190.0, 2: 200.0},
+        **{FIGURES: figures(190, 210).to_dict()},
+    )
+    trial = study.ask()
+    outcome = reuse(trial, earlier)
+    assert outcome == Outcome(TrialState.COMPLETE, 200.0)
+    frozen = study.tell(trial, outcome.value)
+    assert frozen.user_attrs[DUPLICATE_OF] == earlier.number
+    assert frozen.user_attrs[FIGURES] == earlier.user_attrs[FIGURES]
+    assert FAILURE not in frozen.user_attrs and BOUNDED not in frozen.user_attrs
+    assert frozen.intermediate_values == {1: 190.0, 2: 200.0}
+
+
+def test_a_repeat_of_a_failed_or_ruled_out_config_says_why_as_it_did() -> None:
+    study = optuna.create_study(direction="maximize")
+    failed = add_trial(study, config(32), state=TrialState.FAIL, failure=OOM)
+    bounded = add_trial(study, config(8), state=TrialState.PRUNED, **{BOUNDED: "not run: slow"})
+    for earlier, attr in ((failed, FAILURE), (bounded, BOUNDED)):
+        trial = study.ask()
+        outcome = reuse(trial, earlier)
+        assert outcome.state == earlier.state
+        assert trial.user_attrs[attr] == earlier.user_attrs[attr]
+        assert FIGURES not in trial.user_attrs
+        study.tell(trial, state=outcome.state)
+
+
+def test_a_trial_that_measured_nothing_new_is_a_repeat_a_bound_or_infeasible() -> None:
+    study = optuna.create_study()
+    infeasible = Failure(kind="infeasible", message="not run")
+    nothing = [
+        add_trial(study, config(8), value=1.0, **{DUPLICATE_OF: 0}),
+        add_trial(study, config(8), state=TrialState.PRUNED, **{BOUNDED: "not run"}),
+        add_trial(study, config(8), state=TrialState.FAIL, failure=infeasible),
+    ]
+    something = [
+        add_trial(study, config(8), value=1.0),
+        add_trial(study, config(8), state=TrialState.FAIL, failure=OOM),
+    ]
+    assert all(nothing_new(TrialRecord.from_trial(t)) for t in nothing)
+    assert not any(nothing_new(TrialRecord.from_trial(t)) for t in something)
+
+
+def test_measured_configs_are_explored_ones_of_the_space_settled_for_good() -> None:
+    space = batches_space()
+    study = optuna.create_study()
+    add_trial(study, config(8), value=1.0)
+    add_trial(study, config(16), state=TrialState.RUNNING)  # being measured
+    add_trial(study, config(32), value=1.0, role="confirm")
+    add_trial(
+        study, config(64), state=TrialState.FAIL, failure=Failure(kind="timeout", message="x")
+    )
+    add_trial(study, config(256), value=1.0)  # not a config of this space
+    add_trial(study, state=TrialState.FAIL)  # no config at all
+    measured = measured_keys(study.get_trials(deepcopy=False), space)
+    assert measured == {config(8).key(), config(16).key()}
+
+
+def test_only_configs_within_reach_of_the_best_are_proposed() -> None:
+    bounds = Bounds({compute_key(config(8)): 400.0, compute_key(config(64)): 6400.0})
+    configs = [config(8), config(64)]
+    assert within_reach(configs, bounds, 6000.0, tolerance=0.03) == [config(64)]
+    assert within_reach(configs, bounds, None, tolerance=0.03) == configs
+    assert within_reach(configs, None, 6000.0, tolerance=0.03) == configs
+
+
+def test_unmeasured_neighbours_of_the_best_come_first() -> None:
+    proposer = UnmeasuredProposer(batches_space(), None, 0.03, seed=0)
+    assert proposer.candidates(set(), near=config(16)) == [config(8), config(32)]
+    measured = {config(8).key()}
+    assert proposer.candidates(measured, near=config(16)) == [config(32)]
+
+
+def test_without_an_unmeasured_neighbour_any_unmeasured_config_in_random_order() -> None:
+    measured = {config(b).key() for b in (8, 16, 32)}
+    first = UnmeasuredProposer(batches_space(), None, 0.03, seed=0)
+    fresh = first.candidates(measured, near=config(16))
+    assert sorted(s.batch_size for s in fresh) == [64, 128]
+    assert {s.batch_size for s in first.candidates(measured, near=None)} == {64, 128}
+    again = UnmeasuredProposer(batches_space(), None, 0.03, seed=0)
+    assert again.candidates(measured, near=config(16)) == fresh  # seeded: repeatable
+    everything = {config(b).key() for b in BATCHES}
+    assert first.candidates(everything, near=config(16)) == []
+
+
+def test_a_space_too_large_to_list_is_not_enumerated(monkeypatch) -> None:
+    measured = {config(b).key() for b in (8, 16, 32)}
+    proposer = UnmeasuredProposer(batches_space(), None, 0.03, seed=0)
+    monkeypatch.setattr(repeats, "_ENUMERABLE", len(BATCHES))
+    assert len(proposer.candidates(measured, near=config(16))) == 2
+    monkeypatch.setattr(repeats, "_ENUMERABLE", len(BATCHES) - 1)
+    assert proposer.candidates(measured, near=config(16)) == []
+
+
+def queued(study: optuna.Study) -> list[FrozenTrial]:
+    return study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+
+
+def next_config(study: optuna.Study, space: Space) -> Settings:
+    """The config the next trial of ``study`` runs: the first queued one, if any."""
+    return space.sample(study.ask())
+
+
+def test_a_neighbour_of_the_best_is_queued_in_place_of_a_repeat() -> None:
+    space = batches_space()
+    study = optuna.create_study(direction="maximize")
+    add_trial(study, config(8), value=100.0)
+    best = add_trial(study, config(16), value=200.0)
+    measured = measured_keys(study.get_trials(deepcopy=False), space)
+    UnmeasuredProposer(space, None, 0.03, seed=0).queue(study, measured)
+    [waiting] = queued(study)
+    assert waiting.user_attrs == {ROLE: "explore", PROPOSED_BY: f"neighbour of #{best.number}"}
+    assert next_config(study, space) == config(32)
+
+
+def test_nothing_is_queued_while_something_new_is_queued_already() -> None:
+    space = batches_space()
+    study = optuna.create_study(direction="maximize")
+    add_trial(study, config(16), value=200.0)
+    study.enqueue_trial(space.params(config(128)), user_attrs={ROLE: "explore"})
+    UnmeasuredProposer(space, None, 0.03, seed=0).queue(study, {config(16).key()})
+    assert len(queued(study)) == 1
+    assert next_config(study, space) == config(128)
+
+
+def test_with_no_best_yet_any_unmeasured_config_is_queued() -> None:
+    space = batches_space()
+    study = optuna.create_study(direction="maximize")
+    add_trial(study, config(16), state=TrialState.FAIL, failure=OOM)
+    UnmeasuredProposer(space, None, 0.03, seed=0).queue(study, {config(16).key()})
+    [waiting] = queued(study)
+    assert waiting.user_attrs[PROPOSED_BY] == "unmeasured"
+    assert next_config(study, space) != config(16)
+
+
+def test_nothing_out_of_reach_of_the_best_is_queued() -> None:
+    space = batches_space()
+    ceilings = {compute_key(config(b)): 10.0 * b for b in BATCHES}
+    study = optuna.create_study(direction="maximize")
+    add_trial(study, config(128), value=1200.0)
+    measured = {config(128).key()}
+    # The neighbour, batch 64, can reach 640 samples/s: not within 3% of 1,200.
+    UnmeasuredProposer(space, Bounds(ceilings), 0.03, seed=0).queue(study, measured)
+    assert queued(study) == []
+    UnmeasuredProposer(space, Bounds(ceilings), 0.5, seed=0).queue(study, measured)
+    assert len(queued(study)) == 1
+    assert next_config(study, space) == config(64)

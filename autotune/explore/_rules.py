@@ -14,7 +14,6 @@ embedded backend's objective, or the Ray backend's driver):
 
 from __future__ import annotations
 
-import random
 import re
 import threading
 from typing import Any, Protocol
@@ -25,6 +24,13 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune._format import format_rate
 from autotune.explore._backend import ExplorePlan
 from autotune.explore._outcome import Outcome, probe_outcome, record_failure, record_interrupted
+from autotune.explore._repeats import (
+    UnmeasuredProposer,
+    earlier_trial,
+    measured_keys,
+    nothing_new,
+    reuse,
+)
 from autotune.explore._ruled_out import (
     OutOfMemoryRule,
     bytes_per_sample,
@@ -32,7 +38,7 @@ from autotune.explore._ruled_out import (
     out_of_reach,
     shm_blocks,
 )
-from autotune.explore._trials import best_record, enqueue
+from autotune.explore._trials import best_record
 from autotune.probe import Failure, ProbeResult
 from autotune.settings._settings import Settings
 from autotune.space._space import TrialLike
@@ -40,7 +46,6 @@ from autotune.study._study import (
     BACKEND,
     BOUNDED,
     DUPLICATE_OF,
-    FAILURE,
     FIGURES,
     META,
     OWNER,
@@ -56,10 +61,6 @@ FATAL_REPEATS = 3
 MAX_REPEATS = 10
 """Proposals in a row of configs already measured, after which exploration stops."""
 _NOT_THE_USERS_FAULT = ("infeasible", "interrupted")
-_ENUMERABLE = 20_000
-"""Spaces up to this many configs are enumerated to find one not measured yet."""
-PROPOSED_BY = "autotune.proposed_by"
-"""Trial attribute: why autotune queued this config instead of the sampler's proposal."""
 
 
 def failure_signature(failure: Failure) -> str:
@@ -87,7 +88,9 @@ class TrialRules:
         self.failures: list[Failure] = []
         self.successes = 0
         self.repeats = 0
-        self._rng = random.Random(plan.options.seed)
+        self.proposer = UnmeasuredProposer(
+            plan.space, plan.bounds, plan.options.tolerance, plan.options.seed
+        )
         self._lock = threading.Lock()
         """Trials end in several threads when the embedded backend runs them in parallel."""
         fail_abandoned(plan.study)
@@ -115,9 +118,11 @@ class TrialRules:
             record_failure(trial, blocked)
             return Outcome(TrialState.FAIL, reason=blocked.message)
         if role == "explore":
-            earlier = self._earlier(settings, trial.number)
+            earlier = earlier_trial(
+                self.plan.study.get_trials(deepcopy=False), settings, trial.number
+            )
             if earlier is not None:
-                return self._repeat(trial, earlier)
+                return reuse(trial, earlier)
             reason = out_of_reach(
                 self.plan.study, settings, self.plan.bounds, self.plan.options.tolerance
             )
@@ -151,40 +156,6 @@ class TrialRules:
             blocked = shm_blocks(settings, self.bytes_per_sample, free_shm_bytes())
         return blocked
 
-    # ----------------------------------------------------------------- repeats
-    def _earlier(self, settings: Settings, number: int) -> FrozenTrial | None:
-        key = settings.key()
-        for trial in self.plan.study.get_trials(
-            deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-        ):
-            if trial.number == number or trial.user_attrs.get(ROLE, "explore") != "explore":
-                continue
-            failure = trial.user_attrs.get(FAILURE)
-            if failure and failure.get("kind") in ("interrupted", "timeout"):
-                continue  # may pass another time
-            stored = trial.user_attrs.get(SETTINGS)
-            if stored is not None and Settings.from_dict(stored).key() == key:
-                return trial
-        return None
-
-    @staticmethod
-    def _repeat(trial: optuna.Trial, earlier: FrozenTrial) -> Outcome:
-        """Reuse an earlier trial's outcome for the same config."""
-        trial.set_user_attr(DUPLICATE_OF, earlier.number)
-        for attr in (FIGURES, FAILURE, BOUNDED):
-            if attr in earlier.user_attrs:
-                trial.set_user_attr(attr, earlier.user_attrs[attr])
-        for step, value in sorted(earlier.intermediate_values.items()):
-            trial.report(value, step)
-        if earlier.state == TrialState.COMPLETE and earlier.value is not None:
-            return Outcome(TrialState.COMPLETE, earlier.value)
-        if earlier.state == TrialState.PRUNED:
-            reason = f"same config as trial #{earlier.number}, which was pruned"
-            return Outcome(TrialState.PRUNED, reason=reason)
-        return Outcome(
-            TrialState.FAIL, reason=f"same config as trial #{earlier.number}, which failed"
-        )
-
     # ----------------------------------------------------------------- after each trial
     def after(self, study: optuna.Study, frozen: FrozenTrial) -> bool:
         """Show a finished trial; True when exploration must stop (a failure every config
@@ -210,15 +181,11 @@ class TrialRules:
             if len(signatures) == 1:
                 self.plan.fatal = self.failures[0]
                 return True
-        known = (
-            record.duplicate_of is not None
-            or record.bounded is not None
-            or (record.failure is not None and record.failure.kind == "infeasible")
-        )
+        known = nothing_new(record)
         self.repeats = self.repeats + 1 if known else 0
-        measured = self._measured(study)
+        measured = measured_keys(study.get_trials(deepcopy=False), self.plan.space)
         if known and len(measured) < self.plan.space.size():
-            self._propose_unmeasured(study, measured)
+            self.proposer.queue(study, measured)
         if self.repeats >= MAX_REPEATS or len(measured) >= self.plan.space.size():
             self.plan.progress.message(
                 "every config of the space has been measured; exploration ends early"
@@ -255,39 +222,3 @@ class TrialRules:
             f"loader at all ({format_rate(bounds.highest)}): exploration ends early"
         )
         return True
-
-    def _measured(self, study: optuna.Study) -> set[str]:
-        """Keys of the space's configs that exploration has settled (measured, pruned,
-        failed for good, or ruled out)."""
-        keys = set()
-        for trial in study.get_trials(deepcopy=False):
-            if trial.user_attrs.get(ROLE, "explore") == "explore" and SETTINGS in trial.user_attrs:
-                failure = trial.user_attrs.get(FAILURE) or {}
-                if failure.get("kind") not in ("interrupted", "timeout"):
-                    settings = Settings.from_dict(trial.user_attrs[SETTINGS])
-                    if self.plan.space.contains(settings):
-                        keys.add(settings.key())
-        return keys
-
-    def _propose_unmeasured(self, study: optuna.Study, measured: set[str]) -> None:
-        """The sampler proposed a config already settled, as TPE does once it has
-        converged on a small discrete space: queue instead an unmeasured neighbour of
-        the best config (or, failing that, any unmeasured config), so the next trial
-        measures something new rather than repeating."""
-        if study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-            return  # something new is queued already
-        space = self.plan.space
-        best = best_record(study, role="explore")
-        fresh: list[Settings] = []
-        if best is not None and best.settings is not None and space.contains(best.settings):
-            fresh = [s for s in space.neighbors(best.settings) if s.key() not in measured]
-        if not fresh and space.size() <= _ENUMERABLE:
-            fresh = [s for s in space.configs() if s.key() not in measured]
-            self._rng.shuffle(fresh)
-        bounds = self.plan.bounds
-        if bounds is not None and best is not None:
-            tolerance = self.plan.options.tolerance
-            fresh = [s for s in fresh if bounds.rules_out(s, best.value, tolerance) is None]
-        if fresh:
-            origin = f"neighbour of #{best.number}" if best is not None else "unmeasured"
-            enqueue(study, space.params(fresh[0]), {ROLE: "explore", PROPOSED_BY: origin})
