@@ -11,6 +11,13 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.explore import _repeats as repeats
 from autotune.explore import _ruled_out as ruled_out
 from autotune.explore._bounds import Bounds, compute_key
+from autotune.explore._fatal import (
+    FATAL_REPEATS,
+    FailureWatch,
+    counts_against_the_code,
+    failure_signature,
+    fatal_failure,
+)
 from autotune.explore._outcome import (
     Outcome,
     TrialFailed,
@@ -433,3 +440,72 @@ def test_nothing_out_of_reach_of_the_best_is_queued() -> None:
     UnmeasuredProposer(space, Bounds(ceilings), 0.5, seed=0).queue(study, measured)
     assert len(queued(study)) == 1
     assert next_config(study, space) == config(64)
+
+
+# ------------------------------------------------------------------ fatal failures
+def ended(
+    state: str = "FAIL", failure: Failure | None = None, duplicate_of: int | None = None
+) -> TrialRecord:
+    """A finished trial as the rules read it back."""
+    return TrialRecord(
+        number=0,
+        state=state,
+        role="explore",
+        settings=None,
+        value=None,
+        figures=None,
+        failure=failure,
+        duration_s=None,
+        duplicate_of=duplicate_of,
+    )
+
+
+def corrupt(record: int) -> Failure:
+    return Failure(kind="error", message=f"ValueError: corrupt record {record}", piece="dataset")
+
+
+def test_one_error_in_different_configs_has_one_signature() -> None:
+    assert failure_signature(corrupt(17)) == failure_signature(corrupt(4))
+    other = Failure(kind="error", message="KeyError: 'label'", piece="dataset")
+    assert failure_signature(other) != failure_signature(corrupt(4))
+    elsewhere = Failure(kind="error", message=corrupt(4).message, piece="collate_fn")
+    assert failure_signature(elsewhere) != failure_signature(corrupt(4))
+
+
+def test_only_failures_the_user_s_code_may_cause_count() -> None:
+    for kind in ("error", "crash", "oom", "timeout", "shm"):
+        assert counts_against_the_code(ended(failure=Failure(kind=kind, message="x")))
+    for kind in ("infeasible", "interrupted"):
+        assert not counts_against_the_code(ended(failure=Failure(kind=kind, message="x")))
+    assert not counts_against_the_code(ended(failure=corrupt(1), duplicate_of=0))
+    assert not counts_against_the_code(ended(state="COMPLETE"))
+
+
+def test_the_same_failure_fatal_repeats_times_with_no_success_is_fatal() -> None:
+    same = [corrupt(n) for n in range(FATAL_REPEATS + 1)]
+    assert fatal_failure(0, same[: FATAL_REPEATS - 1]) is None
+    assert fatal_failure(0, same[:FATAL_REPEATS]) == same[0]
+    assert fatal_failure(0, same) == same[0]
+    assert fatal_failure(1, same) is None  # a config that works: not the code
+
+
+def test_different_failures_are_not_fatal() -> None:
+    other = Failure(kind="error", message="KeyError: 'label'", piece="dataset")
+    assert fatal_failure(0, [corrupt(1), corrupt(2), other]) is None
+    assert fatal_failure(0, [corrupt(1), corrupt(2), other, corrupt(3)]) is None
+
+
+def test_the_watch_names_the_fatal_failure_once_it_is_certain() -> None:
+    watch = FailureWatch()
+    for n in range(FATAL_REPEATS - 1):
+        assert watch.observe(ended(failure=corrupt(n))) is None
+    assert watch.observe(ended(failure=corrupt(9), duplicate_of=0)) is None  # a repeat
+    assert watch.observe(ended(failure=Failure(kind="interrupted", message="x"))) is None
+    assert watch.observe(ended(failure=corrupt(99))) == corrupt(0)
+
+
+def test_the_watch_never_stops_a_search_where_a_config_worked() -> None:
+    watch = FailureWatch()
+    assert watch.observe(ended(state="PRUNED")) is None
+    for n in range(FATAL_REPEATS + 2):
+        assert watch.observe(ended(failure=corrupt(n))) is None

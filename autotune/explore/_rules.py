@@ -14,7 +14,6 @@ embedded backend's objective, or the Ray backend's driver):
 
 from __future__ import annotations
 
-import re
 import threading
 from typing import Any, Protocol
 
@@ -23,6 +22,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune._format import format_rate
 from autotune.explore._backend import ExplorePlan
+from autotune.explore._fatal import FailureWatch
 from autotune.explore._outcome import Outcome, probe_outcome, record_failure, record_interrupted
 from autotune.explore._repeats import (
     UnmeasuredProposer,
@@ -56,16 +56,8 @@ from autotune.study._study import (
     owner,
 )
 
-FATAL_REPEATS = 3
-"""Identical failures, with no success, after which a search stops."""
 MAX_REPEATS = 10
 """Proposals in a row of configs already measured, after which exploration stops."""
-_NOT_THE_USERS_FAULT = ("infeasible", "interrupted")
-
-
-def failure_signature(failure: Failure) -> str:
-    """Equal for one error met in different configs (indices and pids differ)."""
-    return re.sub(r"\d+", "#", failure.signature())
 
 
 class ProposedTrial(TrialLike, Protocol):
@@ -85,8 +77,7 @@ class TrialRules:
         self.plan = plan
         self.exploring = exploring
         self.backend = backend
-        self.failures: list[Failure] = []
-        self.successes = 0
+        self.failures = FailureWatch()
         self.repeats = 0
         self.proposer = UnmeasuredProposer(
             plan.space, plan.bounds, plan.options.tolerance, plan.options.seed
@@ -168,19 +159,10 @@ class TrialRules:
         self.plan.progress.trial_finished(record, best_record(study))
         if not self.exploring:
             return False
-        if record.state in ("COMPLETE", "PRUNED"):
-            self.successes += 1
-        elif (
-            record.failure is not None
-            and record.failure.kind not in _NOT_THE_USERS_FAULT
-            and record.duplicate_of is None
-        ):
-            self.failures.append(record.failure)
-        if self.successes == 0 and len(self.failures) >= FATAL_REPEATS:
-            signatures = {failure_signature(f) for f in self.failures}
-            if len(signatures) == 1:
-                self.plan.fatal = self.failures[0]
-                return True
+        fatal = self.failures.observe(record)
+        if fatal is not None:
+            self.plan.fatal = fatal
+            return True
         known = nothing_new(record)
         self.repeats = self.repeats + 1 if known else 0
         measured = measured_keys(study.get_trials(deepcopy=False), self.plan.space)
