@@ -11,6 +11,13 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.explore import _repeats as repeats
 from autotune.explore import _ruled_out as ruled_out
 from autotune.explore._bounds import Bounds, compute_key
+from autotune.explore._early_stop import (
+    MAX_REPEATS,
+    ceiling_message,
+    exhausted,
+    near_the_ceiling,
+    probed_count,
+)
 from autotune.explore._fatal import (
     FATAL_REPEATS,
     FailureWatch,
@@ -509,3 +516,52 @@ def test_the_watch_never_stops_a_search_where_a_config_worked() -> None:
     assert watch.observe(ended(state="PRUNED")) is None
     for n in range(FATAL_REPEATS + 2):
         assert watch.observe(ended(failure=corrupt(n))) is None
+
+
+# ------------------------------------------------------------------ early stop
+def test_exploration_ends_after_max_repeats_proposals_of_measured_configs() -> None:
+    assert exhausted(MAX_REPEATS - 1, measured=3, size=5) is None
+    assert exhausted(MAX_REPEATS, measured=3, size=5) == (
+        f"the sampler proposed {MAX_REPEATS} measured configs in a row; exploration ends early"
+    )
+
+
+def test_exploration_ends_once_every_config_is_measured() -> None:
+    assert exhausted(0, measured=4, size=5) is None
+    every = "every config of the space has been measured; exploration ends early"
+    assert exhausted(0, measured=5, size=5) == every
+    # Both at once: the repeats say more of what happened.
+    assert exhausted(MAX_REPEATS, measured=5, size=5) != every
+
+
+def test_probed_trials_are_explored_ones_that_ran_their_probe() -> None:
+    study = optuna.create_study()
+    add_trial(study, config(8), value=1.0)
+    add_trial(study, config(16), state=TrialState.PRUNED, steps={1: 1.0})
+    add_trial(study, config(8), value=1.0, **{DUPLICATE_OF: 0})
+    add_trial(study, config(32), state=TrialState.PRUNED, **{BOUNDED: "not run"})
+    add_trial(study, config(8), value=1.0, role="confirm")
+    add_trial(study, config(64), state=TrialState.FAIL, failure=OOM)
+    assert probed_count(study.get_trials(deepcopy=False)) == 2
+
+
+def test_the_ceiling_message_gives_the_best_and_the_ceiling() -> None:
+    assert ceiling_message(1422.0, 1536.0, tolerance=0.05) == (
+        "the best config trains 1,422 samples/s, within 10% of the most the model trains "
+        "with no loader at all (1,536): exploration ends early"
+    )
+
+
+def test_exploration_ends_near_the_highest_ceiling_once_the_warm_starts_ran() -> None:
+    bounds = Bounds({compute_key(config(8)): 500.0, compute_key(config(64)): 1000.0})
+    study = optuna.create_study(direction="maximize")
+    assert near_the_ceiling(study, bounds, 0.03, warm_starts=0) is None  # no best yet
+    add_trial(study, config(64), value=930.0)
+    assert near_the_ceiling(study, bounds, 0.03, warm_starts=1) is None  # below the band
+    add_trial(study, config(64), value=950.0, role="confirm")
+    assert near_the_ceiling(study, bounds, 0.03, warm_starts=1) is None  # not explored
+    add_trial(study, config(16), value=950.0)
+    assert near_the_ceiling(study, bounds, 0.03, warm_starts=3) is None  # a warm start to go
+    reason = near_the_ceiling(study, bounds, 0.03, warm_starts=2)
+    assert reason == ceiling_message(950.0, 1000.0, 0.03)
+    assert near_the_ceiling(study, None, 0.03, warm_starts=0) is None

@@ -20,8 +20,8 @@ from typing import Any, Protocol
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune._format import format_rate
 from autotune.explore._backend import ExplorePlan
+from autotune.explore._early_stop import exhausted, near_the_ceiling
 from autotune.explore._fatal import FailureWatch
 from autotune.explore._outcome import Outcome, probe_outcome, record_failure, record_interrupted
 from autotune.explore._repeats import (
@@ -45,7 +45,6 @@ from autotune.space._space import TrialLike
 from autotune.study._study import (
     BACKEND,
     BOUNDED,
-    DUPLICATE_OF,
     FIGURES,
     META,
     OWNER,
@@ -55,9 +54,6 @@ from autotune.study._study import (
     fail_abandoned,
     owner,
 )
-
-MAX_REPEATS = 10
-"""Proposals in a row of configs already measured, after which exploration stops."""
 
 
 class ProposedTrial(TrialLike, Protocol):
@@ -166,41 +162,13 @@ class TrialRules:
         known = nothing_new(record)
         self.repeats = self.repeats + 1 if known else 0
         measured = measured_keys(study.get_trials(deepcopy=False), self.plan.space)
-        if known and len(measured) < self.plan.space.size():
+        size = self.plan.space.size()
+        if known and len(measured) < size:
             self.proposer.queue(study, measured)
-        if self.repeats >= MAX_REPEATS or len(measured) >= self.plan.space.size():
-            self.plan.progress.message(
-                "every config of the space has been measured; exploration ends early"
-                if self.repeats < MAX_REPEATS
-                else f"the sampler proposed {self.repeats} measured configs in a row; "
-                "exploration ends early"
-            )
-            return True
-        return self._near_the_ceiling(study)
-
-    def _near_the_ceiling(self, study: optuna.Study) -> bool:
-        """Whether the best config is within the finalist band of the highest compute
-        ceiling (after the warm starts have run): no config can do much better."""
-        bounds = self.plan.bounds
-        if bounds is None:
-            return False
-        best = best_record(study, role="explore")
-        if best is None or not bounds.saturated(best.value, self.plan.options.tolerance):
-            return False
-        probed = sum(
-            1
-            for t in study.get_trials(
-                deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)
-            )
-            if t.user_attrs.get(ROLE, "explore") == "explore"
-            and DUPLICATE_OF not in t.user_attrs
-            and BOUNDED not in t.user_attrs
+        reason = exhausted(self.repeats, len(measured), size) or near_the_ceiling(
+            study, self.plan.bounds, self.plan.options.tolerance, len(self.plan.warm_starts)
         )
-        if probed < len(self.plan.warm_starts):
+        if reason is None:
             return False
-        self.plan.progress.message(
-            f"the best config trains {format_rate(best.value)} samples/s, within "
-            f"{2 * self.plan.options.tolerance:.0%} of the most the model trains with no "
-            f"loader at all ({format_rate(bounds.highest)}): exploration ends early"
-        )
+        self.plan.progress.message(reason)
         return True
