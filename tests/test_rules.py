@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import optuna
@@ -10,6 +11,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.explore import _repeats as repeats
 from autotune.explore import _ruled_out as ruled_out
+from autotune.explore import _rules as rules_module
+from autotune.explore._backend import ExplorePlan
 from autotune.explore._bounds import Bounds, compute_key
 from autotune.explore._early_stop import (
     MAX_REPEATS,
@@ -49,21 +52,25 @@ from autotune.explore._ruled_out import (
     out_of_reach,
     shm_blocks,
 )
+from autotune.explore._rules import TrialRules
+from autotune.explore._trials import fixed_trial
 from autotune.machine._machine import Machine
-from autotune.probe import Failure, Figures, ProbeResult, Window
+from autotune.probe import Failure, Figures, ProbeRequest, ProbeResult, Window, WorkloadSource
+from autotune.progress._progress import QuietProgress
 from autotune.settings._settings import Settings
 from autotune.space._space import Space, build_space
 from autotune.study._study import (
+    BACKEND,
     BOUNDED,
     DUPLICATE_OF,
     FAILURE,
     FIGURES,
+    META,
     ROLE,
     SETTINGS,
     TrialRecord,
 )
-
-optuna.logging.set_verbosity(optuna.logging.ERROR)
+from autotune.workload._options import SearchOptions
 
 
 def figures(*samples: int) -> Figures:
@@ -385,6 +392,17 @@ def test_without_an_unmeasured_neighbour_any_unmeasured_config_in_random_order()
     assert first.candidates(everything, near=config(16)) == []
 
 
+def test_the_unmeasured_configs_are_drawn_in_an_order_the_seed_decides() -> None:
+    def order(seed: int) -> tuple[int, ...]:
+        proposer = UnmeasuredProposer(batches_space(), None, 0.03, seed)
+        return tuple(s.batch_size for s in proposer.candidates({config(16).key()}, near=None))
+
+    orders = {order(seed) for seed in range(10)}
+    assert all(sorted(o) == [8, 32, 64, 128] for o in orders)
+    assert len(orders) > 1  # not the space's own order every time
+    assert order(3) == order(3)
+
+
 def test_a_space_too_large_to_list_is_not_enumerated(monkeypatch) -> None:
     measured = {config(b).key() for b in (8, 16, 32)}
     proposer = UnmeasuredProposer(batches_space(), None, 0.03, seed=0)
@@ -565,3 +583,151 @@ def test_exploration_ends_near_the_highest_ceiling_once_the_warm_starts_ran() ->
     reason = near_the_ceiling(study, bounds, 0.03, warm_starts=2)
     assert reason == ceiling_message(950.0, 1000.0, 0.03)
     assert near_the_ceiling(study, None, 0.03, warm_starts=0) is None
+
+
+# ------------------------------------------------------------------ the rules together
+class Lines(QuietProgress):
+    """Keeps the lines a search would show."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def message(self, text: str) -> None:
+        self.lines.append(text)
+
+
+def explore_plan(
+    study: optuna.Study, space: Space | None = None, bounds: Bounds | None = None
+) -> ExplorePlan:
+    return ExplorePlan(
+        study=study,
+        space=space or batches_space(),
+        template=ProbeRequest(source=WorkloadSource(), settings=config(8), device="cpu"),
+        warm_starts=(),
+        options=SearchOptions(seed=0),
+        progress=Lines(),
+        bounds=bounds,
+    )
+
+
+def ran(samples_per_s: int) -> Callable[[Settings], ProbeResult]:
+    return lambda settings: ProbeResult(figures=figures(samples_per_s))
+
+
+def failed(failure: Failure) -> Callable[[Settings], ProbeResult]:
+    return lambda settings: ProbeResult(figures=Figures(), failure=failure)
+
+
+def not_probed(settings: Settings) -> ProbeResult:
+    raise AssertionError(f"{settings} was probed; the rules should have settled it")
+
+
+def run_trial(
+    rules: TrialRules,
+    settings: Settings,
+    probe: Callable[[Settings], ProbeResult],
+    role: str = "explore",
+) -> tuple[FrozenTrial, bool]:
+    """One trial of ``settings`` through the rules, as a backend runs it; the trial as
+    told, and whether exploration must stop."""
+    study = rules.plan.study
+    if role == "explore":
+        for _ in queued(study):  # a proposal the rules queued: the test chooses instead
+            study.tell(study.ask(), state=TrialState.FAIL)
+        study.enqueue_trial(rules.plan.space.params(settings), user_attrs={ROLE: role})
+        trial = study.ask()
+    else:
+        trial = fixed_trial(study, {ROLE: role, SETTINGS: settings.to_dict()})
+    role, proposed = rules.begin(trial)
+    assert proposed == settings
+    outcome = rules.settled(trial, proposed, role)
+    if outcome is None:
+        outcome = rules.conclude(trial, proposed, probe(proposed))
+    value = outcome.value if outcome.state == TrialState.COMPLETE else None
+    frozen = study.tell(trial, value, state=outcome.state)
+    return frozen, rules.after(study, frozen)
+
+
+def test_a_repeat_is_settled_unprobed_and_an_unmeasured_neighbour_queued() -> None:
+    rules = TrialRules(
+        explore_plan(optuna.create_study(direction="maximize")), exploring=True, backend="optuna"
+    )
+    first, _ = run_trial(rules, config(16), ran(200))
+    again, stop = run_trial(rules, config(16), not_probed)
+    assert (again.state, again.value) == (TrialState.COMPLETE, 200.0)
+    assert again.user_attrs[DUPLICATE_OF] == first.number
+    assert again.user_attrs[BACKEND] == "optuna"
+    assert not stop
+    [waiting] = queued(rules.plan.study)
+    assert waiting.user_attrs[PROPOSED_BY] == f"neighbour of #{first.number}"
+
+
+def test_out_of_memory_rules_out_larger_batches_then_and_after_a_restart() -> None:
+    study = optuna.create_study(direction="maximize")
+    rules = TrialRules(explore_plan(study), exploring=True, backend="optuna")
+    oom, _ = run_trial(rules, config(32), failed(OOM))
+    assert oom.state == TrialState.FAIL and oom.user_attrs[FAILURE]["kind"] == "oom"
+    # The same config again is ruled out (not a repeat of the failure): out of memory
+    # comes first.
+    same, _ = run_trial(rules, config(32), not_probed)
+    assert same.user_attrs[FAILURE]["kind"] == "infeasible"
+    assert DUPLICATE_OF not in same.user_attrs
+    resumed = TrialRules(explore_plan(study), exploring=True, backend="ray")
+    larger, _ = run_trial(resumed, config(64), not_probed)
+    assert larger.user_attrs[FAILURE]["message"] == (
+        f"not run: batch 64 > batch 32, which ran out of memory with the same settings in "
+        f"trial #{oom.number}"
+    )
+    smaller, _ = run_trial(resumed, config(16), ran(100))
+    assert smaller.state == TrialState.COMPLETE
+
+
+def test_a_config_out_of_reach_is_pruned_unprobed_unless_it_is_to_be_measured() -> None:
+    bounds = Bounds({compute_key(config(b)): 10.0 * b for b in BATCHES})
+    study = optuna.create_study(direction="maximize")
+    rules = TrialRules(explore_plan(study, bounds=bounds), exploring=True, backend="optuna")
+    run_trial(rules, config(128), ran(1200))
+    slow, _ = run_trial(rules, config(8), not_probed)
+    assert slow.state == TrialState.PRUNED
+    assert slow.user_attrs[BOUNDED].startswith("not run: the model alone trains 80")
+    confirm, _ = run_trial(rules, config(8), ran(70), role="confirm")
+    assert confirm.state == TrialState.COMPLETE and BOUNDED not in confirm.user_attrs
+
+
+def test_shared_memory_is_checked_only_where_the_probes_run(monkeypatch) -> None:
+    user = {"batch_size": 8, "num_workers": 1, "prefetch_factor": 2, "threads": 1}
+    space = build_space({**user, "persistent_workers": False, "amp": "off"}, MACHINE, 8)
+    settings = Settings(**user)
+    monkeypatch.setattr(rules_module, "free_shm_bytes", lambda: 2**20)
+    for backend, kind in (("optuna", "shm"), ("ray", None)):
+        study = optuna.create_study(direction="maximize")
+        study.set_user_attr(META, {"workload": {"batch_bytes": 2**20, "batch_samples": 8}})
+        rules = TrialRules(explore_plan(study, space), exploring=True, backend=backend)
+        trial, _ = run_trial(rules, settings, ran(100))
+        assert (trial.user_attrs.get(FAILURE) or {}).get("kind") == kind
+
+
+def test_a_failure_every_config_shares_stops_exploring_with_it() -> None:
+    rules = TrialRules(explore_plan(optuna.create_study()), exploring=True, backend="optuna")
+    stops = [run_trial(rules, config(b), failed(corrupt(b)))[1] for b in BATCHES[:FATAL_REPEATS]]
+    assert stops == [False] * (FATAL_REPEATS - 1) + [True]
+    assert rules.plan.fatal == corrupt(BATCHES[0])
+
+
+def test_measuring_given_configs_never_stops_early_nor_reuses_a_measure() -> None:
+    rules = TrialRules(explore_plan(optuna.create_study()), exploring=False, backend="optuna")
+    for batch in BATCHES[:FATAL_REPEATS]:
+        _, stop = run_trial(rules, config(batch), failed(corrupt(batch)), role="confirm")
+        assert not stop
+    assert rules.plan.fatal is None
+    trial, _ = run_trial(rules, config(8), ran(100), role="confirm")
+    assert trial.state == TrialState.COMPLETE and DUPLICATE_OF not in trial.user_attrs
+
+
+def test_exploration_stops_once_every_config_is_measured() -> None:
+    rules = TrialRules(explore_plan(optuna.create_study()), exploring=True, backend="optuna")
+    stops = [run_trial(rules, config(b), ran(10 * b))[1] for b in BATCHES]
+    assert stops == [False] * (len(BATCHES) - 1) + [True]
+    assert rules.plan.progress.lines == [
+        "every config of the space has been measured; exploration ends early"
+    ]

@@ -3,13 +3,19 @@ embedded backend's objective, or the Ray backend's driver):
 
 - a config equal to one already measured is not measured again: its figures
   are reused (the trial says which one it repeats), and an unmeasured config is
-  queued in its place;
+  queued in its place (:mod:`autotune.explore._repeats`);
 - a batch size that ran out of memory marks every larger batch size with the
-  same other settings infeasible; they are recorded as such, not run;
-- a config whose compute ceiling cannot reach the best so far is not run;
+  same other settings infeasible; they are recorded as such, not run; nor is a
+  config whose batches cannot fit in /dev/shm, or whose compute ceiling cannot
+  reach the best so far (:mod:`autotune.explore._ruled_out`);
 - a failure is recorded with its reason and the search goes on; if the same
   failure ends every trial of a search, the user's code is broken and the
-  search stops with that one error.
+  search stops with that one error (:mod:`autotune.explore._fatal`);
+- exploration ends early once more trials would learn nothing
+  (:mod:`autotune.explore._early_stop`).
+
+:class:`TrialRules` applies them at the few points where a backend hands it a
+trial; how each trial ends is an ``Outcome`` (:mod:`autotune.explore._outcome`).
 """
 
 from __future__ import annotations
@@ -67,7 +73,19 @@ class ProposedTrial(TrialLike, Protocol):
 
 
 class TrialRules:
-    """The rules every trial of a search follows, whichever backend runs it."""
+    """The rules every trial of a search follows, whichever backend runs it.
+
+    A backend calls, for each trial: :meth:`begin` when it is proposed,
+    :meth:`settled` before its probe (which it skips when that gives an outcome),
+    :meth:`conclude` with the probe's result, or :meth:`interrupted` when it is cut
+    short; then, once the study has been told how it ended, :meth:`after`.
+
+    Args:
+        plan: what the search explores, into which study.
+        exploring: whether these trials explore (and may stop exploration early), or
+            measure given configs.
+        backend: who runs the probes: "optuna" (in this process) or "ray".
+    """
 
     def __init__(self, plan: ExplorePlan, *, exploring: bool, backend: str) -> None:
         self.plan = plan
