@@ -10,7 +10,7 @@ import pytest
 from faults import DRIVERS, Case, drive
 
 import autotune
-from autotune.explore._rules import FATAL_REPEATS
+from autotune.explore._fatal import FATAL_REPEATS
 
 
 @pytest.mark.parametrize("driver", DRIVERS)

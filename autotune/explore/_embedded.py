@@ -21,7 +21,7 @@ from optuna.exceptions import ExperimentalWarning
 
 from autotune.explore._backend import ExplorePlan
 from autotune.explore._objective import Objective, run_fixed
-from autotune.explore._rules import TrialFailed
+from autotune.explore._outcome import TrialFailed
 from autotune.explore._trials import enqueue_warm_starts, group_attrs
 from autotune.settings._settings import Settings
 from autotune.study._study import quiet_optuna

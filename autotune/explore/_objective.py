@@ -13,7 +13,8 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.explore._backend import ExplorePlan
-from autotune.explore._rules import TrialFailed, TrialRules
+from autotune.explore._outcome import TrialFailed
+from autotune.explore._rules import TrialRules
 from autotune.explore._trials import fixed_trial
 from autotune.probe import Failure, Figures, ProbeResult, Window, run_probe
 from autotune.probe._placement import PLACEMENT, Slot, SlotPool

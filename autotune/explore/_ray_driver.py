@@ -33,8 +33,9 @@ from ray.tune.stopper import Stopper
 
 from autotune.explore._backend import ExplorePlan
 from autotune.explore._embedded import sampler
+from autotune.explore._outcome import Outcome
 from autotune.explore._ray_worker import METRIC, NUMBER_KEY, SETTINGS_KEY, TIME_ATTR
-from autotune.explore._rules import Outcome, TrialRules
+from autotune.explore._rules import TrialRules
 from autotune.explore._trials import fixed_trial, report_windows
 from autotune.probe import Failure, Figures, ProbeResult, Window
 from autotune.settings._settings import Settings

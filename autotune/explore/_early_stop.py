@@ -1,0 +1,81 @@
+"""When exploration ends before its budget is spent, because more trials would
+learn nothing:
+
+- every config of the space has been measured;
+- the sampler proposed :data:`MAX_REPEATS` configs in a row that were already
+  measured (or ruled out), so it has nothing new to propose;
+- the best config is within the finalist band of the highest compute ceiling
+  (once the warm starts have run), so no config can do much better.
+
+Each rule answers with the line that says why exploration ends, or None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune._format import format_rate
+from autotune.explore._bounds import Bounds
+from autotune.explore._trials import best_record
+from autotune.study._study import BOUNDED, DUPLICATE_OF, ROLE
+
+MAX_REPEATS = 10
+"""Proposals in a row of configs already measured, after which exploration stops."""
+
+
+def exhausted(repeats: int, measured: int, size: int) -> str | None:
+    """Why exploration ends with nothing new left to measure; None while it goes on.
+
+    Args:
+        repeats: trials in a row that measured nothing new.
+        measured: configs of the space settled so far.
+        size: configs in the space.
+    """
+    if repeats >= MAX_REPEATS:
+        return f"the sampler proposed {repeats} measured configs in a row; exploration ends early"
+    if measured >= size:
+        return "every config of the space has been measured; exploration ends early"
+    return None
+
+
+def probed_count(trials: Iterable[FrozenTrial]) -> int:
+    """Explored trials among ``trials`` whose probe ran and completed or was pruned: not
+    the repeats, nor the configs a bound ruled out."""
+    return sum(
+        1
+        for t in trials
+        if t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+        and t.user_attrs.get(ROLE, "explore") == "explore"
+        and DUPLICATE_OF not in t.user_attrs
+        and BOUNDED not in t.user_attrs
+    )
+
+
+def ceiling_message(best: float, highest: float, tolerance: float) -> str:
+    """The line that says exploration ends because ``best`` nears the ``highest``
+    compute ceiling."""
+    return (
+        f"the best config trains {format_rate(best)} samples/s, within "
+        f"{2 * tolerance:.0%} of the most the model trains with no "
+        f"loader at all ({format_rate(highest)}): exploration ends early"
+    )
+
+
+def near_the_ceiling(
+    study: optuna.Study, bounds: Bounds | None, tolerance: float, warm_starts: int
+) -> str | None:
+    """Why exploration ends because the best explored config of ``study`` is within the
+    finalist band of the highest compute ceiling; None while another config could do
+    much better, or while fewer than ``warm_starts`` trials have been probed."""
+    if bounds is None:
+        return None
+    best = best_record(study, role="explore")
+    if best is None or best.value is None or not bounds.saturated(best.value, tolerance):
+        return None
+    finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+    if probed_count(finished) < warm_starts:
+        return None
+    return ceiling_message(best.value, bounds.highest, tolerance)

@@ -1,0 +1,733 @@
+"""The rules every trial follows, piece by piece, on in-memory studies: no probe runs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import optuna
+import pytest
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.explore import _repeats as repeats
+from autotune.explore import _ruled_out as ruled_out
+from autotune.explore import _rules as rules_module
+from autotune.explore._backend import ExplorePlan
+from autotune.explore._bounds import Bounds, compute_key
+from autotune.explore._early_stop import (
+    MAX_REPEATS,
+    ceiling_message,
+    exhausted,
+    near_the_ceiling,
+    probed_count,
+)
+from autotune.explore._fatal import (
+    FATAL_REPEATS,
+    FailureWatch,
+    counts_against_the_code,
+    failure_signature,
+    fatal_failure,
+)
+from autotune.explore._outcome import (
+    Outcome,
+    TrialFailed,
+    probe_outcome,
+    record_failure,
+    record_interrupted,
+)
+from autotune.explore._repeats import (
+    PROPOSED_BY,
+    UnmeasuredProposer,
+    earlier_trial,
+    measured_keys,
+    nothing_new,
+    repeat_outcome,
+    reuse,
+    within_reach,
+)
+from autotune.explore._ruled_out import (
+    OutOfMemoryRule,
+    bytes_per_sample,
+    free_shm_bytes,
+    out_of_reach,
+    shm_blocks,
+)
+from autotune.explore._rules import TrialRules
+from autotune.explore._trials import fixed_trial
+from autotune.machine._machine import Machine
+from autotune.probe import Failure, Figures, ProbeRequest, ProbeResult, Window, WorkloadSource
+from autotune.progress._progress import QuietProgress
+from autotune.settings._settings import Settings
+from autotune.space._space import Space, build_space
+from autotune.study._study import (
+    BACKEND,
+    BOUNDED,
+    DUPLICATE_OF,
+    FAILURE,
+    FIGURES,
+    META,
+    ROLE,
+    SETTINGS,
+    TrialRecord,
+)
+from autotune.workload._options import SearchOptions
+
+
+def figures(*samples: int) -> Figures:
+    """Figures of one-second windows that trained ``samples`` each."""
+    return Figures(
+        windows=tuple(
+            Window(index=i, seconds=1.0, samples=n, fresh=n, steps=1, wait_seconds=0.0)
+            for i, n in enumerate(samples)
+        )
+    )
+
+
+def new_trial() -> optuna.Trial:
+    return optuna.create_study(direction="maximize").ask()
+
+
+# ------------------------------------------------------------------ outcomes
+def test_a_probe_that_ran_to_the_end_completes_with_its_throughput() -> None:
+    outcome = probe_outcome(ProbeResult(figures=figures(100, 300)))
+    assert outcome == Outcome(TrialState.COMPLETE, 200.0)
+    assert outcome.unwrap() == 200.0
+
+
+def test_a_probe_the_pruner_stopped_is_pruned_after_its_windows() -> None:
+    outcome = probe_outcome(ProbeResult(figures=figures(100, 100), stopped=True))
+    assert outcome == Outcome(TrialState.PRUNED, reason="pruned after 2 windows")
+    with pytest.raises(optuna.TrialPruned, match="pruned after 2 windows"):
+        outcome.unwrap()
+
+
+def test_a_failed_probe_fails_with_its_message_even_when_stopped() -> None:
+    failure = Failure(kind="oom", message="out of memory")
+    outcome = probe_outcome(ProbeResult(figures=figures(100), failure=failure, stopped=True))
+    assert outcome == Outcome(TrialState.FAIL, reason="out of memory")
+    with pytest.raises(TrialFailed, match="out of memory"):
+        outcome.unwrap()
+
+
+def test_a_complete_outcome_without_a_value_is_a_failure() -> None:
+    with pytest.raises(TrialFailed):
+        Outcome(TrialState.COMPLETE).unwrap()
+
+
+def test_a_failure_keeps_only_the_end_of_a_long_traceback() -> None:
+    trial = new_trial()
+    record_failure(trial, Failure(kind="error", message="boom", traceback="a" * 5 + "b" * 20_000))
+    assert trial.user_attrs[FAILURE]["traceback"] == "b" * 20_000
+    short = new_trial()
+    record_failure(short, Failure(kind="error", message="boom", traceback="tb"))
+    assert short.user_attrs[FAILURE] == {
+        "kind": "error",
+        "message": "boom",
+        "piece": None,
+        "traceback": "tb",
+    }
+
+
+def test_an_interrupted_trial_says_why_and_fails() -> None:
+    trial = new_trial()
+    outcome = record_interrupted(trial, "not run: the search ended")
+    assert outcome == Outcome(TrialState.FAIL, reason="not run: the search ended")
+    assert trial.user_attrs[FAILURE]["kind"] == "interrupted"
+    assert trial.user_attrs[FAILURE]["message"] == "not run: the search ended"
+
+
+# ------------------------------------------------------------------ ruled out before running
+def add_trial(
+    study: optuna.Study,
+    settings: Settings | None = None,
+    *,
+    state: TrialState = TrialState.COMPLETE,
+    value: float | None = None,
+    role: str = "explore",
+    failure: Failure | None = None,
+    steps: dict[int, float] | None = None,
+    **attrs: Any,
+) -> FrozenTrial:
+    """Add a finished trial as autotune would have recorded it; returns it."""
+    user_attrs: dict[str, Any] = {ROLE: role, **attrs}
+    if settings is not None:
+        user_attrs[SETTINGS] = settings.to_dict()
+    if failure is not None:
+        user_attrs[FAILURE] = failure.to_dict()
+    study.add_trial(
+        optuna.trial.create_trial(
+            state=state, value=value, user_attrs=user_attrs, intermediate_values=steps or {}
+        )
+    )
+    return study.get_trials(deepcopy=False)[-1]
+
+
+OOM = Failure(kind="oom", message="out of memory")
+
+
+def test_out_of_memory_blocks_that_batch_and_larger_ones_with_the_same_settings() -> None:
+    rule = OutOfMemoryRule()
+    rule.add(Settings(batch_size=32, num_workers=1), number=4)
+    same = rule.blocks(Settings(batch_size=32, num_workers=1))
+    assert same == Failure(
+        kind="infeasible",
+        message="not run: batch 32 ran out of memory with the same settings in trial #4",
+    )
+    larger = rule.blocks(Settings(batch_size=64, num_workers=1))
+    assert larger is not None and larger.message == (
+        "not run: batch 64 > batch 32, which ran out of memory with the same settings in trial #4"
+    )
+    assert rule.blocks(Settings(batch_size=16, num_workers=1)) is None
+    assert rule.blocks(Settings(batch_size=64, num_workers=2)) is None
+
+
+def test_out_of_memory_remembers_the_smallest_batch_that_failed() -> None:
+    rule = OutOfMemoryRule()
+    rule.add(Settings(batch_size=32), number=4)
+    rule.add(Settings(batch_size=64), number=9)  # larger: changes nothing
+    rule.add(Settings(batch_size=16), number=7)
+    blocked = rule.blocks(Settings(batch_size=16))
+    assert blocked is not None and blocked.message.endswith("in trial #7")
+    assert rule.blocks(Settings(batch_size=8)) is None
+
+
+def test_out_of_memory_is_read_back_from_the_trials_of_a_resumed_study() -> None:
+    study = optuna.create_study()
+    add_trial(study, Settings(batch_size=8), value=100.0)
+    add_trial(study, Settings(batch_size=32), state=TrialState.FAIL, failure=OOM)
+    error = Failure(kind="error", message="boom")
+    add_trial(study, Settings(batch_size=16), state=TrialState.FAIL, failure=error)
+    add_trial(study, state=TrialState.FAIL, failure=OOM)  # no settings: nothing to learn
+    rule = OutOfMemoryRule.from_trials(study.get_trials(deepcopy=False))
+    blocked = rule.blocks(Settings(batch_size=64))
+    assert blocked is not None and blocked.message.endswith("in trial #1")
+    assert rule.blocks(Settings(batch_size=16)) is None
+
+
+def test_bytes_per_sample_come_from_the_preflight_s_batch() -> None:
+    assert bytes_per_sample({"workload": {"batch_bytes": 800, "batch_samples": 8}}) == 100.0
+    assert bytes_per_sample({"workload": {"batch_bytes": None, "batch_samples": 8}}) == 0.0
+    assert bytes_per_sample({"workload": {"batch_bytes": 800, "batch_samples": 0}}) == 0.0
+    assert bytes_per_sample({"workload": {}}) == 0.0
+    assert bytes_per_sample(None) == 0.0
+
+
+def test_batches_in_flight_must_fit_in_the_free_shared_memory() -> None:
+    mib = 2**20
+    # 2 workers x prefetch 2, + 1: five batches of 2 MiB.
+    settings = Settings(batch_size=2, num_workers=2, prefetch_factor=2)
+    assert shm_blocks(settings, per_sample=mib, free_bytes=10 * mib) is None
+    short = shm_blocks(settings, per_sample=mib, free_bytes=10 * mib - 1)
+    assert short is not None and short.kind == "shm"
+    assert short.message.startswith("not run: 5 batches in flight")
+    assert shm_blocks(settings, per_sample=mib, free_bytes=None) is None
+    assert shm_blocks(Settings(batch_size=2), per_sample=mib, free_bytes=0) is None
+
+
+def test_free_shared_memory_is_none_where_there_is_none(monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(ruled_out, "SHM_DIR", str(tmp_path))
+    free = free_shm_bytes()
+    assert isinstance(free, int) and free >= 0
+    monkeypatch.setattr(ruled_out, "SHM_DIR", str(tmp_path / "missing"))
+    assert free_shm_bytes() is None
+
+
+def test_a_config_out_of_reach_of_the_best_explored_one_is_ruled_out() -> None:
+    small, large = Settings(batch_size=4), Settings(batch_size=64)
+    bounds = Bounds({compute_key(small): 400.0, compute_key(large): 6400.0})
+    study = optuna.create_study(direction="maximize")
+    assert out_of_reach(study, small, bounds, tolerance=0.03) is None  # no best yet
+    add_trial(study, large, value=6000.0, role="confirm")
+    assert out_of_reach(study, small, bounds, tolerance=0.03) is None  # not explored
+    add_trial(study, large, value=6000.0)
+    reason = out_of_reach(study, small, bounds, tolerance=0.03)
+    assert reason is not None and reason.startswith("not run: the model alone trains 400")
+    assert out_of_reach(study, large, bounds, tolerance=0.03) is None
+    assert out_of_reach(study, small, None, tolerance=0.03) is None
+
+
+# ------------------------------------------------------------------ repeats
+MACHINE = Machine(cpus=2, cpu_model="t", memory_bytes=2**33, shm_bytes=2**30, accelerator="cpu")
+BATCHES = (8, 16, 32, 64, 128)
+
+
+def batches_space() -> Space:
+    """Five configs that differ in batch size alone; each one's neighbours are the next
+    batch sizes down and up."""
+    user = {"batch_size": list(BATCHES), "num_workers": 0, "threads": 1, "amp": "off"}
+    return build_space(user, MACHINE, batch_size=8)
+
+
+def config(batch: int) -> Settings:
+    return Settings(batch_size=batch, threads=1)
+
+
+def test_a_config_settled_by_an_earlier_explored_trial_is_a_repeat() -> None:
+    study = optuna.create_study()
+    add_trial(study, config(16), value=100.0, role="confirm")
+    first = add_trial(
+        study, config(16), state=TrialState.FAIL, failure=Failure(kind="error", message="x")
+    )
+    add_trial(study, config(16), value=100.0)
+    trials = study.get_trials(deepcopy=False)
+    repeated = earlier_trial(trials, config(16), number=9)
+    assert repeated is not None and repeated.number == first.number  # the first to settle it
+    assert earlier_trial(trials, config(32), number=9) is None
+    assert earlier_trial(trials[:2], config(16), number=first.number) is None  # not itself
+
+
+def test_a_config_that_may_pass_another_time_is_measured_again() -> None:
+    study = optuna.create_study()
+    for kind in ("interrupted", "timeout"):
+        failure = Failure(kind=kind, message=kind)
+        add_trial(study, config(16), state=TrialState.FAIL, failure=failure)
+    add_trial(study, config(16), state=TrialState.RUNNING)  # not settled yet
+    assert earlier_trial(study.get_trials(deepcopy=False), config(16), number=9) is None
+    oom = add_trial(study, config(16), state=TrialState.FAIL, failure=OOM)
+    repeated = earlier_trial(study.get_trials(deepcopy=False), config(16), number=9)
+    assert repeated is not None and repeated.number == oom.number
+
+
+def test_a_repeat_ends_as_the_trial_it_repeats() -> None:
+    study = optuna.create_study()
+    complete = add_trial(study, config(8), value=150.0)
+    pruned = add_trial(study, config(16), state=TrialState.PRUNED, steps={1: 90.0})
+    failed = add_trial(study, config(32), state=TrialState.FAIL, failure=OOM)
+    assert repeat_outcome(complete) == Outcome(TrialState.COMPLETE, 150.0)
+    assert repeat_outcome(pruned) == Outcome(
+        TrialState.PRUNED, reason="same config as trial #1, which was pruned"
+    )
+    assert repeat_outcome(failed) == Outcome(
+        TrialState.FAIL, reason="same config as trial #2, which failed"
+    )
+
+
+def test_a_repeat_reuses_the_figures_and_windows_of_the_trial_it_repeats() -> None:
+    study = optuna.create_study(direction="maximize")
+    earlier = add_trial(
+        study,
+        config(16),
+        value=200.0,
+        steps={1: 190.0, 2: 200.0},
+        **{FIGURES: figures(190, 210).to_dict()},
+    )
+    trial = study.ask()
+    outcome = reuse(trial, earlier)
+    assert outcome == Outcome(TrialState.COMPLETE, 200.0)
+    frozen = study.tell(trial, outcome.value)
+    assert frozen.user_attrs[DUPLICATE_OF] == earlier.number
+    assert frozen.user_attrs[FIGURES] == earlier.user_attrs[FIGURES]
+    assert FAILURE not in frozen.user_attrs and BOUNDED not in frozen.user_attrs
+    assert frozen.intermediate_values == {1: 190.0, 2: 200.0}
+
+
+def test_a_repeat_of_a_failed_or_ruled_out_config_says_why_as_it_did() -> None:
+    study = optuna.create_study(direction="maximize")
+    failed = add_trial(study, config(32), state=TrialState.FAIL, failure=OOM)
+    bounded = add_trial(study, config(8), state=TrialState.PRUNED, **{BOUNDED: "not run: slow"})
+    for earlier, attr in ((failed, FAILURE), (bounded, BOUNDED)):
+        trial = study.ask()
+        outcome = reuse(trial, earlier)
+        assert outcome.state == earlier.state
+        assert trial.user_attrs[attr] == earlier.user_attrs[attr]
+        assert FIGURES not in trial.user_attrs
+        study.tell(trial, state=outcome.state)
+
+
+def test_a_trial_that_measured_nothing_new_is_a_repeat_a_bound_or_infeasible() -> None:
+    study = optuna.create_study()
+    infeasible = Failure(kind="infeasible", message="not run")
+    nothing = [
+        add_trial(study, config(8), value=1.0, **{DUPLICATE_OF: 0}),
+        add_trial(study, config(8), state=TrialState.PRUNED, **{BOUNDED: "not run"}),
+        add_trial(study, config(8), state=TrialState.FAIL, failure=infeasible),
+    ]
+    something = [
+        add_trial(study, config(8), value=1.0),
+        add_trial(study, config(8), state=TrialState.FAIL, failure=OOM),
+    ]
+    assert all(nothing_new(TrialRecord.from_trial(t)) for t in nothing)
+    assert not any(nothing_new(TrialRecord.from_trial(t)) for t in something)
+
+
+def test_measured_configs_are_explored_ones_of_the_space_settled_for_good() -> None:
+    space = batches_space()
+    study = optuna.create_study()
+    add_trial(study, config(8), value=1.0)
+    add_trial(study, config(16), state=TrialState.RUNNING)  # being measured
+    add_trial(study, config(32), value=1.0, role="confirm")
+    add_trial(
+        study, config(64), state=TrialState.FAIL, failure=Failure(kind="timeout", message="x")
+    )
+    add_trial(study, config(256), value=1.0)  # not a config of this space
+    add_trial(study, state=TrialState.FAIL)  # no config at all
+    measured = measured_keys(study.get_trials(deepcopy=False), space)
+    assert measured == {config(8).key(), config(16).key()}
+
+
+def test_only_configs_within_reach_of_the_best_are_proposed() -> None:
+    bounds = Bounds({compute_key(config(8)): 400.0, compute_key(config(64)): 6400.0})
+    configs = [config(8), config(64)]
+    assert within_reach(configs, bounds, 6000.0, tolerance=0.03) == [config(64)]
+    assert within_reach(configs, bounds, None, tolerance=0.03) == configs
+    assert within_reach(configs, None, 6000.0, tolerance=0.03) == configs
+
+
+def test_unmeasured_neighbours_of_the_best_come_first() -> None:
+    proposer = UnmeasuredProposer(batches_space(), None, 0.03, seed=0)
+    assert proposer.candidates(set(), near=config(16)) == [config(8), config(32)]
+    measured = {config(8).key()}
+    assert proposer.candidates(measured, near=config(16)) == [config(32)]
+
+
+def test_without_an_unmeasured_neighbour_any_unmeasured_config_in_random_order() -> None:
+    measured = {config(b).key() for b in (8, 16, 32)}
+    first = UnmeasuredProposer(batches_space(), None, 0.03, seed=0)
+    fresh = first.candidates(measured, near=config(16))
+    assert sorted(s.batch_size for s in fresh) == [64, 128]
+    assert {s.batch_size for s in first.candidates(measured, near=None)} == {64, 128}
+    again = UnmeasuredProposer(batches_space(), None, 0.03, seed=0)
+    assert again.candidates(measured, near=config(16)) == fresh  # seeded: repeatable
+    everything = {config(b).key() for b in BATCHES}
+    assert first.candidates(everything, near=config(16)) == []
+
+
+def test_the_unmeasured_configs_are_drawn_in_an_order_the_seed_decides() -> None:
+    def order(seed: int) -> tuple[int, ...]:
+        proposer = UnmeasuredProposer(batches_space(), None, 0.03, seed)
+        return tuple(s.batch_size for s in proposer.candidates({config(16).key()}, near=None))
+
+    orders = {order(seed) for seed in range(10)}
+    assert all(sorted(o) == [8, 32, 64, 128] for o in orders)
+    assert len(orders) > 1  # not the space's own order every time
+    assert order(3) == order(3)
+
+
+def test_a_space_too_large_to_list_is_not_enumerated(monkeypatch) -> None:
+    measured = {config(b).key() for b in (8, 16, 32)}
+    proposer = UnmeasuredProposer(batches_space(), None, 0.03, seed=0)
+    monkeypatch.setattr(repeats, "_ENUMERABLE", len(BATCHES))
+    assert len(proposer.candidates(measured, near=config(16))) == 2
+    monkeypatch.setattr(repeats, "_ENUMERABLE", len(BATCHES) - 1)
+    assert proposer.candidates(measured, near=config(16)) == []
+
+
+def queued(study: optuna.Study) -> list[FrozenTrial]:
+    return study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+
+
+def next_config(study: optuna.Study, space: Space) -> Settings:
+    """The config the next trial of ``study`` runs: the first queued one, if any."""
+    return space.sample(study.ask())
+
+
+def test_a_neighbour_of_the_best_is_queued_in_place_of_a_repeat() -> None:
+    space = batches_space()
+    study = optuna.create_study(direction="maximize")
+    add_trial(study, config(8), value=100.0)
+    best = add_trial(study, config(16), value=200.0)
+    measured = measured_keys(study.get_trials(deepcopy=False), space)
+    UnmeasuredProposer(space, None, 0.03, seed=0).queue(study, measured)
+    [waiting] = queued(study)
+    assert waiting.user_attrs == {ROLE: "explore", PROPOSED_BY: f"neighbour of #{best.number}"}
+    assert next_config(study, space) == config(32)
+
+
+def test_nothing_is_queued_while_something_new_is_queued_already() -> None:
+    space = batches_space()
+    study = optuna.create_study(direction="maximize")
+    add_trial(study, config(16), value=200.0)
+    study.enqueue_trial(space.params(config(128)), user_attrs={ROLE: "explore"})
+    UnmeasuredProposer(space, None, 0.03, seed=0).queue(study, {config(16).key()})
+    assert len(queued(study)) == 1
+    assert next_config(study, space) == config(128)
+
+
+def test_with_no_best_yet_any_unmeasured_config_is_queued() -> None:
+    space = batches_space()
+    study = optuna.create_study(direction="maximize")
+    add_trial(study, config(16), state=TrialState.FAIL, failure=OOM)
+    UnmeasuredProposer(space, None, 0.03, seed=0).queue(study, {config(16).key()})
+    [waiting] = queued(study)
+    assert waiting.user_attrs[PROPOSED_BY] == "unmeasured"
+    assert next_config(study, space) != config(16)
+
+
+def test_nothing_out_of_reach_of_the_best_is_queued() -> None:
+    space = batches_space()
+    ceilings = {compute_key(config(b)): 10.0 * b for b in BATCHES}
+    study = optuna.create_study(direction="maximize")
+    add_trial(study, config(128), value=1200.0)
+    measured = {config(128).key()}
+    # The neighbour, batch 64, can reach 640 samples/s: not within 3% of 1,200.
+    UnmeasuredProposer(space, Bounds(ceilings), 0.03, seed=0).queue(study, measured)
+    assert queued(study) == []
+    UnmeasuredProposer(space, Bounds(ceilings), 0.5, seed=0).queue(study, measured)
+    assert len(queued(study)) == 1
+    assert next_config(study, space) == config(64)
+
+
+# ------------------------------------------------------------------ fatal failures
+def ended(
+    state: str = "FAIL", failure: Failure | None = None, duplicate_of: int | None = None
+) -> TrialRecord:
+    """A finished trial as the rules read it back."""
+    return TrialRecord(
+        number=0,
+        state=state,
+        role="explore",
+        settings=None,
+        value=None,
+        figures=None,
+        failure=failure,
+        duration_s=None,
+        duplicate_of=duplicate_of,
+    )
+
+
+def corrupt(record: int) -> Failure:
+    return Failure(kind="error", message=f"ValueError: corrupt record {record}", piece="dataset")
+
+
+def test_one_error_in_different_configs_has_one_signature() -> None:
+    assert failure_signature(corrupt(17)) == failure_signature(corrupt(4))
+    other = Failure(kind="error", message="KeyError: 'label'", piece="dataset")
+    assert failure_signature(other) != failure_signature(corrupt(4))
+    elsewhere = Failure(kind="error", message=corrupt(4).message, piece="collate_fn")
+    assert failure_signature(elsewhere) != failure_signature(corrupt(4))
+
+
+def test_only_failures_the_user_s_code_may_cause_count() -> None:
+    for kind in ("error", "crash", "oom", "timeout", "shm"):
+        assert counts_against_the_code(ended(failure=Failure(kind=kind, message="x")))
+    for kind in ("infeasible", "interrupted"):
+        assert not counts_against_the_code(ended(failure=Failure(kind=kind, message="x")))
+    assert not counts_against_the_code(ended(failure=corrupt(1), duplicate_of=0))
+    assert not counts_against_the_code(ended(state="COMPLETE"))
+
+
+def test_the_same_failure_fatal_repeats_times_with_no_success_is_fatal() -> None:
+    same = [corrupt(n) for n in range(FATAL_REPEATS + 1)]
+    assert fatal_failure(0, same[: FATAL_REPEATS - 1]) is None
+    assert fatal_failure(0, same[:FATAL_REPEATS]) == same[0]
+    assert fatal_failure(0, same) == same[0]
+    assert fatal_failure(1, same) is None  # a config that works: not the code
+
+
+def test_different_failures_are_not_fatal() -> None:
+    other = Failure(kind="error", message="KeyError: 'label'", piece="dataset")
+    assert fatal_failure(0, [corrupt(1), corrupt(2), other]) is None
+    assert fatal_failure(0, [corrupt(1), corrupt(2), other, corrupt(3)]) is None
+
+
+def test_the_watch_names_the_fatal_failure_once_it_is_certain() -> None:
+    watch = FailureWatch()
+    for n in range(FATAL_REPEATS - 1):
+        assert watch.observe(ended(failure=corrupt(n))) is None
+    assert watch.observe(ended(failure=corrupt(9), duplicate_of=0)) is None  # a repeat
+    assert watch.observe(ended(failure=Failure(kind="interrupted", message="x"))) is None
+    assert watch.observe(ended(failure=corrupt(99))) == corrupt(0)
+
+
+def test_the_watch_never_stops_a_search_where_a_config_worked() -> None:
+    watch = FailureWatch()
+    assert watch.observe(ended(state="PRUNED")) is None
+    for n in range(FATAL_REPEATS + 2):
+        assert watch.observe(ended(failure=corrupt(n))) is None
+
+
+# ------------------------------------------------------------------ early stop
+def test_exploration_ends_after_max_repeats_proposals_of_measured_configs() -> None:
+    assert exhausted(MAX_REPEATS - 1, measured=3, size=5) is None
+    assert exhausted(MAX_REPEATS, measured=3, size=5) == (
+        f"the sampler proposed {MAX_REPEATS} measured configs in a row; exploration ends early"
+    )
+
+
+def test_exploration_ends_once_every_config_is_measured() -> None:
+    assert exhausted(0, measured=4, size=5) is None
+    every = "every config of the space has been measured; exploration ends early"
+    assert exhausted(0, measured=5, size=5) == every
+    # Both at once: the repeats say more of what happened.
+    assert exhausted(MAX_REPEATS, measured=5, size=5) != every
+
+
+def test_probed_trials_are_explored_ones_that_ran_their_probe() -> None:
+    study = optuna.create_study()
+    add_trial(study, config(8), value=1.0)
+    add_trial(study, config(16), state=TrialState.PRUNED, steps={1: 1.0})
+    add_trial(study, config(8), value=1.0, **{DUPLICATE_OF: 0})
+    add_trial(study, config(32), state=TrialState.PRUNED, **{BOUNDED: "not run"})
+    add_trial(study, config(8), value=1.0, role="confirm")
+    add_trial(study, config(64), state=TrialState.FAIL, failure=OOM)
+    assert probed_count(study.get_trials(deepcopy=False)) == 2
+
+
+def test_the_ceiling_message_gives_the_best_and_the_ceiling() -> None:
+    assert ceiling_message(1422.0, 1536.0, tolerance=0.05) == (
+        "the best config trains 1,422 samples/s, within 10% of the most the model trains "
+        "with no loader at all (1,536): exploration ends early"
+    )
+
+
+def test_exploration_ends_near_the_highest_ceiling_once_the_warm_starts_ran() -> None:
+    bounds = Bounds({compute_key(config(8)): 500.0, compute_key(config(64)): 1000.0})
+    study = optuna.create_study(direction="maximize")
+    assert near_the_ceiling(study, bounds, 0.03, warm_starts=0) is None  # no best yet
+    add_trial(study, config(64), value=930.0)
+    assert near_the_ceiling(study, bounds, 0.03, warm_starts=1) is None  # below the band
+    add_trial(study, config(64), value=950.0, role="confirm")
+    assert near_the_ceiling(study, bounds, 0.03, warm_starts=1) is None  # not explored
+    add_trial(study, config(16), value=950.0)
+    assert near_the_ceiling(study, bounds, 0.03, warm_starts=3) is None  # a warm start to go
+    reason = near_the_ceiling(study, bounds, 0.03, warm_starts=2)
+    assert reason == ceiling_message(950.0, 1000.0, 0.03)
+    assert near_the_ceiling(study, None, 0.03, warm_starts=0) is None
+
+
+# ------------------------------------------------------------------ the rules together
+class Lines(QuietProgress):
+    """Keeps the lines a search would show."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def message(self, text: str) -> None:
+        self.lines.append(text)
+
+
+def explore_plan(
+    study: optuna.Study, space: Space | None = None, bounds: Bounds | None = None
+) -> ExplorePlan:
+    return ExplorePlan(
+        study=study,
+        space=space or batches_space(),
+        template=ProbeRequest(source=WorkloadSource(), settings=config(8), device="cpu"),
+        warm_starts=(),
+        options=SearchOptions(seed=0),
+        progress=Lines(),
+        bounds=bounds,
+    )
+
+
+def ran(samples_per_s: int) -> Callable[[Settings], ProbeResult]:
+    return lambda settings: ProbeResult(figures=figures(samples_per_s))
+
+
+def failed(failure: Failure) -> Callable[[Settings], ProbeResult]:
+    return lambda settings: ProbeResult(figures=Figures(), failure=failure)
+
+
+def not_probed(settings: Settings) -> ProbeResult:
+    raise AssertionError(f"{settings} was probed; the rules should have settled it")
+
+
+def run_trial(
+    rules: TrialRules,
+    settings: Settings,
+    probe: Callable[[Settings], ProbeResult],
+    role: str = "explore",
+) -> tuple[FrozenTrial, bool]:
+    """One trial of ``settings`` through the rules, as a backend runs it; the trial as
+    told, and whether exploration must stop."""
+    study = rules.plan.study
+    if role == "explore":
+        for _ in queued(study):  # a proposal the rules queued: the test chooses instead
+            study.tell(study.ask(), state=TrialState.FAIL)
+        study.enqueue_trial(rules.plan.space.params(settings), user_attrs={ROLE: role})
+        trial = study.ask()
+    else:
+        trial = fixed_trial(study, {ROLE: role, SETTINGS: settings.to_dict()})
+    role, proposed = rules.begin(trial)
+    assert proposed == settings
+    outcome = rules.settled(trial, proposed, role)
+    if outcome is None:
+        outcome = rules.conclude(trial, proposed, probe(proposed))
+    value = outcome.value if outcome.state == TrialState.COMPLETE else None
+    frozen = study.tell(trial, value, state=outcome.state)
+    return frozen, rules.after(study, frozen)
+
+
+def test_a_repeat_is_settled_unprobed_and_an_unmeasured_neighbour_queued() -> None:
+    rules = TrialRules(
+        explore_plan(optuna.create_study(direction="maximize")), exploring=True, backend="optuna"
+    )
+    first, _ = run_trial(rules, config(16), ran(200))
+    again, stop = run_trial(rules, config(16), not_probed)
+    assert (again.state, again.value) == (TrialState.COMPLETE, 200.0)
+    assert again.user_attrs[DUPLICATE_OF] == first.number
+    assert again.user_attrs[BACKEND] == "optuna"
+    assert not stop
+    [waiting] = queued(rules.plan.study)
+    assert waiting.user_attrs[PROPOSED_BY] == f"neighbour of #{first.number}"
+
+
+def test_out_of_memory_rules_out_larger_batches_then_and_after_a_restart() -> None:
+    study = optuna.create_study(direction="maximize")
+    rules = TrialRules(explore_plan(study), exploring=True, backend="optuna")
+    oom, _ = run_trial(rules, config(32), failed(OOM))
+    assert oom.state == TrialState.FAIL and oom.user_attrs[FAILURE]["kind"] == "oom"
+    # The same config again is ruled out (not a repeat of the failure): out of memory
+    # comes first.
+    same, _ = run_trial(rules, config(32), not_probed)
+    assert same.user_attrs[FAILURE]["kind"] == "infeasible"
+    assert DUPLICATE_OF not in same.user_attrs
+    resumed = TrialRules(explore_plan(study), exploring=True, backend="ray")
+    larger, _ = run_trial(resumed, config(64), not_probed)
+    assert larger.user_attrs[FAILURE]["message"] == (
+        f"not run: batch 64 > batch 32, which ran out of memory with the same settings in "
+        f"trial #{oom.number}"
+    )
+    smaller, _ = run_trial(resumed, config(16), ran(100))
+    assert smaller.state == TrialState.COMPLETE
+
+
+def test_a_config_out_of_reach_is_pruned_unprobed_unless_it_is_to_be_measured() -> None:
+    bounds = Bounds({compute_key(config(b)): 10.0 * b for b in BATCHES})
+    study = optuna.create_study(direction="maximize")
+    rules = TrialRules(explore_plan(study, bounds=bounds), exploring=True, backend="optuna")
+    run_trial(rules, config(128), ran(1200))
+    slow, _ = run_trial(rules, config(8), not_probed)
+    assert slow.state == TrialState.PRUNED
+    assert slow.user_attrs[BOUNDED].startswith("not run: the model alone trains 80")
+    confirm, _ = run_trial(rules, config(8), ran(70), role="confirm")
+    assert confirm.state == TrialState.COMPLETE and BOUNDED not in confirm.user_attrs
+
+
+def test_shared_memory_is_checked_only_where_the_probes_run(monkeypatch) -> None:
+    user = {"batch_size": 8, "num_workers": 1, "prefetch_factor": 2, "threads": 1}
+    space = build_space({**user, "persistent_workers": False, "amp": "off"}, MACHINE, 8)
+    settings = Settings(**user)
+    monkeypatch.setattr(rules_module, "free_shm_bytes", lambda: 2**20)
+    for backend, kind in (("optuna", "shm"), ("ray", None)):
+        study = optuna.create_study(direction="maximize")
+        study.set_user_attr(META, {"workload": {"batch_bytes": 2**20, "batch_samples": 8}})
+        rules = TrialRules(explore_plan(study, space), exploring=True, backend=backend)
+        trial, _ = run_trial(rules, settings, ran(100))
+        assert (trial.user_attrs.get(FAILURE) or {}).get("kind") == kind
+
+
+def test_a_failure_every_config_shares_stops_exploring_with_it() -> None:
+    rules = TrialRules(explore_plan(optuna.create_study()), exploring=True, backend="optuna")
+    stops = [run_trial(rules, config(b), failed(corrupt(b)))[1] for b in BATCHES[:FATAL_REPEATS]]
+    assert stops == [False] * (FATAL_REPEATS - 1) + [True]
+    assert rules.plan.fatal == corrupt(BATCHES[0])
+
+
+def test_measuring_given_configs_never_stops_early_nor_reuses_a_measure() -> None:
+    rules = TrialRules(explore_plan(optuna.create_study()), exploring=False, backend="optuna")
+    for batch in BATCHES[:FATAL_REPEATS]:
+        _, stop = run_trial(rules, config(batch), failed(corrupt(batch)), role="confirm")
+        assert not stop
+    assert rules.plan.fatal is None
+    trial, _ = run_trial(rules, config(8), ran(100), role="confirm")
+    assert trial.state == TrialState.COMPLETE and DUPLICATE_OF not in trial.user_attrs
+
+
+def test_exploration_stops_once_every_config_is_measured() -> None:
+    rules = TrialRules(explore_plan(optuna.create_study()), exploring=True, backend="optuna")
+    stops = [run_trial(rules, config(b), ran(10 * b))[1] for b in BATCHES]
+    assert stops == [False] * (len(BATCHES) - 1) + [True]
+    assert rules.plan.progress.lines == [
+        "every config of the space has been measured; exploration ends early"
+    ]
