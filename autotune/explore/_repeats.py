@@ -142,13 +142,13 @@ class UnmeasuredProposer:
     def candidates(self, measured: Set[str], near: Settings | None) -> list[Settings]:
         """Unmeasured neighbours of ``near`` (the best config); failing those, every
         unmeasured config of a space small enough to list, in random order."""
-        fresh: list[Settings] = []
+        unmeasured: list[Settings] = []
         if near is not None and self.space.contains(near):
-            fresh = [s for s in self.space.neighbors(near) if s.key() not in measured]
-        if not fresh and self.space.size() <= _ENUMERABLE:
-            fresh = [s for s in self.space.configs() if s.key() not in measured]
-            self._rng.shuffle(fresh)
-        return fresh
+            unmeasured = [s for s in self.space.neighbors(near) if s.key() not in measured]
+        if not unmeasured and self.space.size() <= _ENUMERABLE:
+            unmeasured = [s for s in self.space.configs() if s.key() not in measured]
+            self._rng.shuffle(unmeasured)
+        return unmeasured
 
     def queue(self, study: optuna.Study, measured: Set[str]) -> None:
         """Queue the first candidate within reach of the best explored config of
@@ -156,9 +156,9 @@ class UnmeasuredProposer:
         if study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             return
         best = best_record(study, role="explore")
-        fresh = self.candidates(measured, best.settings if best is not None else None)
+        unmeasured = self.candidates(measured, best.settings if best is not None else None)
         best_value = best.value if best is not None else None
-        fresh = within_reach(fresh, self.bounds, best_value, self.tolerance)
-        if fresh:
+        unmeasured = within_reach(unmeasured, self.bounds, best_value, self.tolerance)
+        if unmeasured:
             origin = f"neighbour of #{best.number}" if best is not None else "unmeasured"
-            enqueue(study, self.space.params(fresh[0]), {ROLE: "explore", PROPOSED_BY: origin})
+            enqueue(study, self.space.params(unmeasured[0]), {ROLE: "explore", PROPOSED_BY: origin})
