@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autotune import Machine, Measurement, SearchResult, Settings, diagnose
-from autotune.decide._diagnosis import diagnose_config
+from autotune.decide._diagnosis import Searched, diagnose_config
 from autotune.probe import Figures, Window
 
 FOUR_WORKERS = Settings(batch_size=32, num_workers=4, prefetch_factor=2, persistent_workers=True)
@@ -57,7 +57,7 @@ def test_decode_bound_even_with_all_cores_says_no_loader_setting_helps() -> None
     assert diagnosis.of_ceiling == pytest.approx(900 / 950)
     (advice,) = diagnosis.advice
     assert "whatever the loader's settings" in advice
-    assert "with 8 workers on 2 CPUs, it delivers 1,000 samples/s" in advice
+    assert "at its best measured (with 8 workers on 2 CPUs), it delivers 1,000 samples/s" in advice
     assert "the model could train 4,000" in advice
     assert "preprocess offline, cache decoded data" in advice and "echo batches" in advice
     assert "compute ceiling (the model on batches already in memory): 4,000 samples/s" in (
@@ -203,3 +203,84 @@ def test_a_figure_above_its_ceiling_blames_a_changing_load() -> None:
         a.startswith("it measured 170% of a ceiling it cannot beat (108 samples/s)")
         for a in diagnosis.advice
     )
+
+
+def test_a_fast_loader_is_not_called_the_bottleneck_by_one_slow_worker_count() -> None:
+    # In-memory tensors: the loader alone at 0 workers delivers 128,013 samples/s, five
+    # times the model's 24,211; with 8 workers (all that start-up) only 17,350. The
+    # loader is judged by its best measured figure: it is not the bottleneck.
+    diagnosis = diagnose_config(
+        "default loader",
+        at(NO_WORKERS, 20_000, wait=0.2),
+        compute=figures(24_211),
+        data=figures(128_013),
+        loader_limit=limit(17_350),
+        cpus=2,
+    )
+    assert not any("whatever the loader's settings" in a for a in diagnosis.advice)
+    # The same figures with the best loader only at 8 workers: then it is.
+    slow = diagnose_config(
+        "default loader",
+        at(NO_WORKERS, 15_000, wait=0.2),
+        compute=figures(24_211),
+        data=figures(12_000),
+        loader_limit=limit(17_350),
+        cpus=2,
+    )
+    assert any("whatever the loader's settings" in a for a in slow.advice)
+
+
+def test_the_best_loader_of_the_search_counts_for_every_diagnosis() -> None:
+    best_loader = at(NO_WORKERS, 50_000)
+    diagnosis = diagnose_config(
+        "best",
+        at(FOUR_WORKERS, 9_000, wait=0.5),
+        compute=figures(24_000),
+        data=figures(10_000),
+        loader_limit=limit(12_000),
+        best_loader=best_loader,
+    )
+    assert not any("whatever the loader's settings" in a for a in diagnosis.advice)
+
+
+def test_widening_is_suggested_only_past_a_bound_the_best_sat_on() -> None:
+    two = Settings(batch_size=32, num_workers=2, prefetch_factor=2)
+    kwargs = {"compute": figures(4000), "data": figures(1000), "loader_limit": limit(2000)}
+    # 8 workers were searched and 2 trained fastest: no suggestion to search up to 8.
+    searched = diagnose_config(
+        "best", at(two, 900, wait=0.5), searched=Searched(max_workers=8), **kwargs
+    )
+    assert not any("let the search try more" in a for a in searched.advice)
+    assert any("the search trained with up to 8 workers" in a for a in searched.advice)
+    # The best sat on a bound of 2, below the 8 that measured faster alone: widen.
+    on_bound = diagnose_config(
+        "best", at(two, 900, wait=0.5), searched=Searched(max_workers=2), **kwargs
+    )
+    assert any('"high": 8' in a for a in on_bound.advice)
+    # Not on the bound (the space reached 4): no suggestion either.
+    below = diagnose_config(
+        "best", at(two, 900, wait=0.5), searched=Searched(max_workers=4), **kwargs
+    )
+    assert not any("let the search try more" in a for a in below.advice)
+
+
+def test_echo_is_not_suggested_when_it_was_searched() -> None:
+    kwargs = {"compute": figures(4000), "data": figures(1000), "loader_limit": limit(1000)}
+    unsearched = diagnose_config("best", at(FOUR_WORKERS, 900, wait=0.5), **kwargs)
+    assert any('space={"echo": [1, 2, 4]}' in a for a in unsearched.advice)
+    searched = diagnose_config(
+        "best", at(FOUR_WORKERS, 900, wait=0.5), searched=Searched(max_echo=4), **kwargs
+    )
+    assert not any('space={"echo"' in a for a in searched.advice)
+    assert any("searched: it did not pay here" in a for a in searched.advice)
+
+
+def test_searched_reads_the_space_the_study_records() -> None:
+    space = {
+        "num_workers": {"low": 0, "high": 8},
+        "echo": {"fixed": 1},
+        "batch_size": {"choices": [16, 32]},
+    }
+    assert Searched.from_space(space) == Searched(max_workers=8, max_echo=1)
+    assert Searched.from_space({"num_workers": {"choices": [0, 2, 4]}}).max_workers == 4
+    assert Searched.from_space({}) == Searched()

@@ -16,7 +16,8 @@ or the remedy lies outside the settings (preprocess, cache, echo, a faster model
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from autotune._format import format_rate
 from autotune.probe import Figures, Measurement
@@ -39,6 +40,50 @@ MORE_WORKERS = 1.2
 """The loader alone this much faster with more workers: more workers would help."""
 NOISY = 0.15
 """Windows spread more than this (stdev / mean): the figures are approximate."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Searched:
+    """What the search covered, so advice never suggests a range it already tried."""
+
+    max_workers: int | None = None
+    """The most workers the space held; None: not known (advice may suggest more)."""
+    max_echo: int | None = None
+    """The highest echo the space held; None: not known."""
+
+    @classmethod
+    def from_space(cls, space: Mapping[str, Any]) -> Searched:
+        """From a space as the study records it (``Space.to_dict``)."""
+        return cls(
+            max_workers=_highest(space.get("num_workers")),
+            max_echo=_highest(space.get("echo")),
+        )
+
+
+def _highest(domain: Any) -> int | None:
+    """The largest value of a recorded domain: {"fixed": v}, {"choices": [...]}, or
+    {"low": a, "high": b}."""
+    if not isinstance(domain, Mapping):
+        return None
+    if "fixed" in domain:
+        return int(domain["fixed"])
+    if domain.get("choices"):
+        return int(max(domain["choices"]))
+    if "high" in domain:
+        return int(domain["high"])
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Loader:
+    """What was measured of the loader alone: this config's, with the most workers, and
+    the best of every loader-alone figure of the search."""
+
+    data: float | None
+    limit: float | None
+    limit_workers: int | None
+    best: float | None
+    best_workers: int | None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -116,6 +161,8 @@ def diagnose_config(
     data: Figures | None = None,
     loader_limit: Measurement | None = None,
     cpus: int | None = None,
+    best_loader: Measurement | None = None,
+    searched: Searched | None = None,
 ) -> Diagnosis:
     """The diagnosis of one measured config.
 
@@ -126,6 +173,9 @@ def diagnose_config(
         data: its data ceiling (its loader alone).
         loader_limit: the loader alone with a worker per CPU.
         cpus: the CPUs the search could use.
+        best_loader: the loader-alone probe of the search that delivered the most
+            (before echo): the loader is judged by it, not by one worker count.
+        searched: what the search's space covered (advice never suggests it again).
     """
     settings = measurement.settings
     figures = measurement.figures
@@ -157,7 +207,20 @@ def diagnose_config(
             f"the loader alone with {limit_workers} workers: {format_rate(limit_rate)} samples/s"
         )
 
-    advice = _advice(measurement, verdict, compute_rate, data_rate, limit_rate, limit_workers, cpus)
+    alone = [(data_rate, settings.num_workers), (limit_rate, limit_workers)]
+    if best_loader is not None:
+        alone.append((_rate(best_loader.figures, echo), best_loader.settings.num_workers))
+    best, best_workers = max(
+        ((rate, workers) for rate, workers in alone if rate), default=(None, None)
+    )
+    loader = _Loader(
+        data=data_rate,
+        limit=limit_rate,
+        limit_workers=limit_workers,
+        best=best,
+        best_workers=best_workers,
+    )
+    advice = _advice(measurement, verdict, compute_rate, loader, cpus, searched or Searched())
     return Diagnosis(
         subject=subject,
         measurement=measurement,
@@ -176,17 +239,17 @@ def _advice(
     measurement: Measurement,
     verdict: Verdict,
     compute: float | None,
-    data: float | None,
-    limit: float | None,
-    limit_workers: int | None,
+    loader: _Loader,
     cpus: int | None,
+    searched: Searched,
 ) -> list[str]:
     settings = measurement.settings
     figures = measurement.figures
     rate = figures.samples_per_s
+    data = loader.data
     advice: list[str] = []
     if verdict == "data-bound":
-        advice += _data_bound(settings, compute, data, limit, limit_workers, cpus)
+        advice += _data_bound(settings, compute, loader, cpus, searched)
     elif compute and rate >= compute * NEAR:
         amp = " AMP (bf16/fp16)," if settings.amp == "off" else ""
         advice.append(
@@ -236,14 +299,14 @@ def _advice(
 def _data_bound(
     settings: Settings,
     compute: float | None,
-    data: float | None,
-    limit: float | None,
-    limit_workers: int | None,
+    loader: _Loader,
     cpus: int | None,
+    searched: Searched,
 ) -> list[str]:
     """Why a data-bound config waits, and whether a loader setting can help."""
     advice: list[str] = []
     on_cpus = f" on {cpus} CPUs" if cpus else ""
+    data, limit, limit_workers = loader.data, loader.limit, loader.limit_workers
     more_helps = bool(
         data
         and limit
@@ -256,26 +319,10 @@ def _data_bound(
             "loading happens in the training process (num_workers=0), one batch after the "
             "other between steps: worker processes load the next batches while the model trains."
         )
-    elif more_helps and data and limit:
-        advice.append(
-            f"more workers would help: the loader alone with {limit_workers} workers delivers "
-            f"{format_rate(limit)} samples/s, {limit / data:.1f}x this loader's "
-            f"{format_rate(data)} with {settings.num_workers}; let the search try more "
-            f'(space={{"num_workers": {{"low": 0, "high": {limit_workers}}}}}).'
-        )
-    if compute and limit and limit < compute * NEAR:
-        echo = (
-            "raise echo"
-            if settings.echo > 1
-            else 'echo batches (space={"echo": [1, 2, 4]}; it changes what is learned)'
-        )
-        advice.append(
-            "loading (read, decode, augment) is the bottleneck whatever the loader's settings: "
-            f"alone, with {limit_workers} workers{on_cpus}, it delivers {format_rate(limit)} "
-            f"samples/s while the model could train {format_rate(compute)}. Only changes "
-            "outside the loader close that gap: preprocess offline, cache decoded data, ship "
-            f"smaller samples (uint8, normalised on the device), or {echo}."
-        )
+    elif more_helps and data and limit and limit_workers:
+        advice.append(_more_workers(settings, data, limit, limit_workers, searched))
+    if compute and loader.best and loader.best < compute * NEAR:
+        advice.append(_loading_bound(settings, compute, loader, on_cpus, searched))
     elif compute and limit and settings.num_workers > 0 and not more_helps:
         advice.append(
             f"the loader alone delivers {format_rate(limit)} samples/s, enough for the model "
@@ -287,9 +334,55 @@ def _data_bound(
     return advice
 
 
+def _more_workers(
+    settings: Settings, data: float, limit: float, limit_workers: int, searched: Searched
+) -> str:
+    """The loader alone is faster with more workers: widen the search only where its best
+    sat on the bound of what it searched, below the workers that measured faster."""
+    text = (
+        f"the loader alone with {limit_workers} workers delivers {format_rate(limit)} "
+        f"samples/s, {limit / data:.1f}x this loader's {format_rate(data)} with "
+        f"{settings.num_workers}"
+    )
+    bound = searched.max_workers
+    if bound is None or (settings.num_workers >= bound and limit_workers > bound):
+        return (
+            f"more workers would help: {text}; let the search try more "
+            f'(space={{"num_workers": {{"low": 0, "high": {limit_workers}}}}}).'
+        )
+    return (
+        f"{text}, yet the search trained with up to {bound} workers and {settings.num_workers} "
+        "trained fastest: beside the training, more workers cost the CPU time they save."
+    )
+
+
+def _loading_bound(
+    settings: Settings, compute: float, loader: _Loader, on_cpus: str, searched: Searched
+) -> str:
+    """No loader setting measured can feed the model: the remedy lies outside them."""
+    if settings.echo > 1 and searched.max_echo is not None and settings.echo >= searched.max_echo:
+        echo = f'echo more than {settings.echo} (space={{"echo": [1, {2 * settings.echo}]}})'
+    elif settings.echo > 1:
+        echo = "raise echo"
+    elif searched.max_echo is not None and searched.max_echo > 1:
+        echo = "echo batches (searched: it did not pay here)"
+    else:
+        echo = 'echo batches (space={"echo": [1, 2, 4]}; it changes what is learned)'
+    return (
+        "loading (read, decode, augment) is the bottleneck whatever the loader's settings: "
+        f"alone, at its best measured (with {loader.best_workers} workers{on_cpus}), it "
+        f"delivers {format_rate(loader.best or 0)} samples/s while the model could train "
+        f"{format_rate(compute)}. Only changes outside the loader close that gap: preprocess "
+        "offline, cache decoded data, ship smaller samples (uint8, normalised on the device), "
+        f"or {echo}."
+    )
+
+
 def diagnose(result: SearchResult) -> list[Diagnosis]:
     """The diagnoses of a search's winner and of its default loader (when measured)."""
     cpus = result.machine.cpus or None
+    searched = Searched.from_space(result.space)
+    best_loader = _best_loader(result)
     best = diagnose_config(
         "best",
         Measurement(settings=result.settings, figures=result.figures),
@@ -297,6 +390,8 @@ def diagnose(result: SearchResult) -> list[Diagnosis]:
         data=result.ceilings.get("data"),
         loader_limit=result.loader_limit,
         cpus=cpus,
+        best_loader=best_loader,
+        searched=searched,
     )
     diagnoses = [best]
     if result.baseline is not None:
@@ -308,6 +403,22 @@ def diagnose(result: SearchResult) -> list[Diagnosis]:
                 data=result.baseline_ceilings.get("data"),
                 loader_limit=result.loader_limit,
                 cpus=cpus,
+                best_loader=best_loader,
+                searched=searched,
             )
         )
     return diagnoses
+
+
+def _best_loader(result: SearchResult) -> Measurement | None:
+    """The loader-alone probe of the search that delivered the most (before echo): the
+    winner's data ceiling, the default's, or the loader with the most workers."""
+    alone = [result.loader_limit]
+    winner_data = result.ceilings.get("data")
+    if winner_data is not None:
+        alone.append(Measurement(settings=result.settings, figures=winner_data))
+    default_data = result.baseline_ceilings.get("data")
+    if result.baseline is not None and default_data is not None:
+        alone.append(Measurement(settings=result.baseline.settings, figures=default_data))
+    measured = [m for m in alone if m is not None and m.samples_per_s > 0]
+    return max(measured, key=lambda m: m.samples_per_s, default=None)

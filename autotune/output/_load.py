@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from pathlib import Path
 
@@ -44,7 +45,11 @@ def result_of(study: optuna.Study, *, path: Path | None = None) -> SearchResult:
     meta = read_meta(study)
     saved = study.user_attrs.get(RESULT)
     if saved:
-        return SearchResult.from_dict(saved)
+        result = SearchResult.from_dict(saved)
+        if not result.space and meta.get("space"):
+            # Saved before results carried their space: the study's is the one searched.
+            result = dataclasses.replace(result, space=dict(meta["space"]))
+        return result
     measured = [
         r
         for r in records(study)
@@ -78,6 +83,7 @@ def result_of(study: optuna.Study, *, path: Path | None = None) -> SearchResult:
         tolerance=tolerance,
         confirmed=False,
         user_batch_size=user_batch,
+        space=dict(meta.get("space") or {}),
         workload=dict(meta.get("workload", {})),
         study_path=str(path) if path else None,
         study_name=study.study_name,

@@ -289,6 +289,7 @@ def _run_stages(
         rounds=confirmed.rounds,
         noise=confirmed.noise,
         user_batch_size=workload.batch_size,
+        space=space.to_dict(),
         rates=confirmed.rates,
         speedup_rounds=confirmed.speedup_rounds,
         is_default=confirmed.is_default,

@@ -64,6 +64,8 @@ class SearchResult:
     """No config beat the default DataLoader beyond the noise: it is the recommendation."""
     user_batch_size: int | None = None
     """The batch size the user trains with today (the default loader's)."""
+    space: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """The space the search covered, as the study records it (``Space.to_dict``)."""
     workload: dict[str, Any] = dataclasses.field(default_factory=dict)
     """What the preflight learned of the workload (dataset length, parameters...)."""
     study_path: str | None = None
@@ -251,6 +253,7 @@ class SearchResult:
             "speedup_rounds": list(self.speedup_rounds),
             "is_default": self.is_default,
             "user_batch_size": self.user_batch,
+            "space": self.space,
             "gradient_accumulation_steps": self.gradient_accumulation_steps,
             "global_batch_size": self.global_batch_size,
             "lr_note": self.lr_note(),
@@ -298,6 +301,7 @@ class SearchResult:
             speedup_rounds=tuple(data.get("speedup_rounds", ())),
             is_default=data.get("is_default", False),
             user_batch_size=data.get("user_batch_size"),
+            space=dict(data.get("space") or {}),
             workload=data.get("workload", {}),
             study_path=study.get("path"),
             study_name=study.get("name"),
