@@ -28,6 +28,16 @@ from autotune._errors import AutotuneError, FingerprintWarning
 if TYPE_CHECKING:
     from autotune.result._result import SearchResult
 
+SEARCH_EXAMPLES = """examples:
+  autotune search examples/quickstart.py                 tune, print the best, save the study
+  autotune search examples/quickstart.py --dry-run       the space, budget and time, no trial
+  autotune search train.py --trials 48 --seed 0          a longer, repeatable search
+  autotune search train.py --study runs/a.db --resume    continue a saved study
+  autotune search train.py --gpus 0,1                    tune DDP ranks on two GPUs
+  autotune search train.py --window-seconds 1.0 --tolerance 0.05   a noisy machine
+  autotune search train.py --backend ray --address auto           trials on a Ray cluster
+"""
+
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
 EXIT_INTERNAL = 1
@@ -42,8 +52,21 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    search = commands.add_parser("search", help="tune a config and save the study")
+    search = commands.add_parser(
+        "search",
+        help="tune a config and save the study",
+        description="Tune the DataLoader settings of a config by measuring short real "
+        "trainings, and save the study. Flags win over the config's search = {...}.",
+        epilog=SEARCH_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     search.add_argument("config", help="the config file (a Python module)")
+    search.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the space, the knobs left out and why, the budget and an estimated "
+        "time; run nothing",
+    )
     search.add_argument("--trials", type=int, help="exploration trials to run (default 24)")
     search.add_argument("--timeout", type=float, help="seconds after which no trial starts")
     search.add_argument(
@@ -75,6 +98,38 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         metavar="N",
         help="with --backend ray: at most N trials at once (default: as many as fit)",
+    )
+    search.add_argument(
+        "--device", help="the device to train on: cpu, cuda, cuda:1 (default: the config's)"
+    )
+    search.add_argument(
+        "--tolerance",
+        type=float,
+        metavar="FRACTION",
+        help="configs within this fraction of the best count as equally fast (default 0.03)",
+    )
+    search.add_argument(
+        "--memory-limit",
+        metavar="BYTES",
+        help="what a trial's processes may use, e.g. 4GiB (default: 80%% of available RAM)",
+    )
+    search.add_argument(
+        "--window-seconds",
+        type=float,
+        metavar="S",
+        help="the probe's measuring window (default 0.5); longer steadies noisy figures",
+    )
+    search.add_argument(
+        "--max-windows",
+        type=int,
+        metavar="N",
+        help="windows of a trial that is not pruned (default 9)",
+    )
+    search.add_argument(
+        "--rounds",
+        type=int,
+        metavar="N",
+        help="interleaved rounds that re-measure the finalists and the default (default 3)",
     )
 
     show = commands.add_parser("show", help="the best settings and the trials of a study")
@@ -154,21 +209,30 @@ def _search(args: argparse.Namespace) -> int:
     from autotune.pipeline._search import search
     from autotune.progress._progress import make_progress
 
+    options = {
+        "trials": args.trials,
+        "timeout": args.timeout,
+        "study": args.study,
+        "seed": args.seed,
+        "resume": args.resume or None,
+        "gpus": args.gpus,
+        "ranks": args.ranks,
+        "backend": args.backend,
+        "address": args.address,
+        "concurrent": args.concurrent,
+        "tolerance": args.tolerance,
+        "memory_limit": args.memory_limit,
+        "window_seconds": args.window_seconds,
+        "max_windows": args.max_windows,
+        "rounds": args.rounds,
+    }
+    if args.dry_run:
+        from autotune.pipeline._dry_run import dry_run
+
+        print("\n".join(dry_run(args.config, device=args.device, **options)))
+        return 0
     with make_progress() as progress:
-        result = search(
-            args.config,
-            progress=progress,
-            trials=args.trials,
-            timeout=args.timeout,
-            study=args.study,
-            seed=args.seed,
-            resume=args.resume or None,
-            gpus=args.gpus,
-            ranks=args.ranks,
-            backend=args.backend,
-            address=args.address,
-            concurrent=args.concurrent,
-        )
+        result = search(args.config, progress=progress, device=args.device, **options)
     print("\n".join(result_lines(result)))
     print("\n".join(diagnosis_lines(diagnose(result))))
     print(f"study: {result.study_path}  (autotune report {result.study_path} for the plots)")

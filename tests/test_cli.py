@@ -134,3 +134,33 @@ def test_the_installed_command_exits_2(write_config) -> None:
     assert process.returncode == 2
     assert process.stderr.startswith("autotune: error: config ")
     assert process.stdout == ""
+
+
+def test_dry_run_prints_the_plan_and_measures_nothing(capsys, write_config, workdir) -> None:
+    config = write_config(GOOD)
+    assert main(["search", str(config), "--dry-run", "--trials", "5", "--rounds", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "dry run: nothing is measured and nothing is written" in out
+    assert "num_workers: one of 0, 1" in out
+    assert "pin_memory: left out: it needs an accelerator" in out
+    assert "budget: 5 exploration trials" in out and "in 2 interleaved rounds" in out
+    assert "time: at most about" in out
+    assert not (workdir / "studies").exists()
+
+
+def test_flags_win_over_the_config_and_bad_ones_are_one_line(capsys, write_config, workdir) -> None:
+    config = write_config(GOOD)
+    assert main(["search", str(config), "--tolerance", "1.5", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "tolerance is 1.5" in err
+    assert main(["search", str(config), "--memory-limit", "lots", "--dry-run"]) == 2
+    assert "memory_limit" in capsys.readouterr().err
+    assert main(["search", str(config), "--device", "cuda:7", "--dry-run"]) == 2
+    assert "cuda" in capsys.readouterr().err
+
+
+def test_search_help_has_examples(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["search", "--help"])
+    out = capsys.readouterr().out
+    assert "examples:" in out and "--dry-run" in out and "--window-seconds" in out

@@ -6,7 +6,6 @@ Workload -> Space -> Backend (probes, pruned by ASHA) -> Study -> SearchResult
 from __future__ import annotations
 
 import dataclasses
-import os
 import pickle
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -14,33 +13,31 @@ from typing import Any
 
 import psutil
 
-from autotune._errors import ConfigError, SpaceError, StudyError, WorkloadError
+from autotune._errors import StudyError, WorkloadError
 from autotune._format import format_rate
 from autotune.decide._ceilings import Ceilings, measure_ceilings
 from autotune.decide._confirm import confirm, explored_candidates
 from autotune.decide._ddp import planned_probes, run_ddp_stage
 from autotune.explore import Backend, ExplorePlan, get_backend
 from autotune.explore._bounds import measure_bounds
-from autotune.machine._gpus import discover
-from autotune.machine._machine import Machine, detect_machine, usable_cpus
+from autotune.machine._machine import Machine
+from autotune.pipeline._setup import inputs, prepare
 from autotune.probe import Failure, ProbeRequest, WorkloadSource, run_probe
-from autotune.probe._placement import plan_placement
 from autotune.probe._runner import refuse_while_bootstrapping
 from autotune.progress._progress import Progress, QuietProgress
 from autotune.result._ddp import DdpResult
 from autotune.result._result import SearchResult
 from autotune.settings._settings import Settings
-from autotune.space._space import Space, build_space
+from autotune.space._space import Space
 from autotune.study._fingerprint import check_same_workload, study_meta
 from autotune.study._study import (
     META,
     RESULT,
     open_study,
     read_meta,
-    resolve,
 )
 from autotune.workload._options import MEMORY_SHARE, SearchOptions
-from autotune.workload._workload import Workload, ensure_picklable, load_config
+from autotune.workload._workload import Workload
 
 _CEILING_PROBES = 5
 """At most: compute and data of the winner and of the default loader, and the loader limit."""
@@ -92,35 +89,20 @@ def search(
         StudyError: the study cannot be opened or does not match this workload.
     """
     refuse_while_bootstrapping()  # before the study is touched
-    if config is not None:
-        if dataset is not None or model is not None:
-            raise ConfigError("give a config file or dataset= and model=, not both.")
-        loaded = load_config(config)
-        workload = loaded.workload
-        user_space: Mapping[str, Any] = dict(loaded.space)
-        if space is not None:
-            user_space = {**user_space, **space}
-        try:
-            search_options = SearchOptions.from_mapping(loaded.search, **options)
-        except ConfigError as error:
-            raise ConfigError(f"{workload.origin()}: {error}") from None
-    else:
-        if dataset is None or model is None:
-            raise ConfigError("nothing to tune: give a config file, or both dataset= and model=.")
-        workload = Workload(
-            dataset=dataset,
-            model=model,
-            loss=loss,
-            optimizer=optimizer,
-            step=step,
-            collate_fn=collate_fn,
-            batch_size=32 if batch_size is None else batch_size,
-            device=device,
-            name=name or "workload",
-        )
-        ensure_picklable(workload)
-        user_space = dict(space or {})
-        search_options = SearchOptions.from_mapping({}, **options)
+    workload, user_space, search_options = inputs(
+        config,
+        dataset=dataset,
+        model=model,
+        loss=loss,
+        optimizer=optimizer,
+        step=step,
+        collate_fn=collate_fn,
+        batch_size=batch_size,
+        device=device,
+        name=name,
+        space=space,
+        options=options,
+    )
     return run_search(
         workload,
         user_space,
@@ -151,25 +133,9 @@ def _run_stages(
     progress: Progress,
     runner: Backend,
 ) -> SearchResult:
-    discovery = discover()
-    try:
-        placement = plan_placement(
-            device=workload.device,
-            gpus=options.gpus,
-            ranks=options.ranks,
-            discovery=discovery,
-            cpus=_affinity(),
-            usable=usable_cpus(),
-        )
-    except ConfigError as error:
-        raise ConfigError(f"{workload.origin()}: {error}") from None
-    machine = detect_machine(placement.device or placement.device_type, discovery=discovery)
-    device = workload.device or placement.device_type
-    try:
-        space = build_space(user_space, machine, workload.batch_size, rank_cpus=placement.rank_cpus)
-    except SpaceError as error:
-        raise SpaceError(f"{workload.origin()}: {error}") from None
-    path, study_name = resolve(options.study, workload.name)
+    setup = prepare(workload, user_space, options)
+    placement, machine, device, space = setup.placement, setup.machine, setup.device, setup.space
+    path, study_name = setup.path, setup.study_name
     if options.resume and not path.exists():
         raise StudyError(f"--resume: there is no study at {path} to continue.")
     baseline = Settings(batch_size=workload.batch_size)
@@ -359,13 +325,6 @@ def _source(workload: Workload) -> WorkloadSource:
     if workload.config_path is not None:
         return WorkloadSource(config_path=workload.config_path)
     return WorkloadSource(pickled=pickle.dumps(workload))
-
-
-def _affinity() -> list[int]:
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return list(range(os.cpu_count() or 1))
 
 
 def _default_memory_limit() -> int:
