@@ -13,7 +13,7 @@ from conftest import QUICK
 import autotune
 from autotune import SearchResult, Settings
 from autotune.decide._choose import Candidate
-from autotune.decide._confirm import confirm
+from autotune.decide._confirm import confirm, same_as_default
 from autotune.explore import ExplorePlan
 from autotune.explore._trials import fixed_trial, group_attrs
 from autotune.machine._machine import detect_machine
@@ -228,3 +228,22 @@ def test_the_confirmed_flag_and_intervals_survive_the_study() -> None:
     again = SearchResult.from_dict(result.to_dict())
     assert dataclasses.replace(again, collate_fn=None) == result
     assert again.speedup_interval == result.speedup_interval
+
+
+def test_a_finalist_that_is_the_default_in_effect_is_not_measured_twice() -> None:
+    assert same_as_default(Settings(batch_size=32, threads=2), DEFAULT, default_threads=2)
+    assert same_as_default(DEFAULT, DEFAULT, default_threads=2)
+    assert not same_as_default(Settings(batch_size=32, threads=1), DEFAULT, default_threads=2)
+    assert not same_as_default(Settings(batch_size=32, threads=2), DEFAULT, default_threads=None)
+    assert not same_as_default(workers(2), DEFAULT, default_threads=2)
+
+
+def test_the_default_in_effect_among_the_finalists_is_left_to_the_default_loader() -> None:
+    twin = Settings(batch_size=32, threads=2)
+    explored = [Candidate(twin, 1010.0), *EXPLORED]
+    backend = SetFigures(lambda s, r: 1000.0 if s in (DEFAULT, twin) else 600.0)
+    confirmed = confirm(
+        backend, plan(), explored, DEFAULT, QuietProgress(), later=0, default_threads=2
+    )
+    assert all(twin.key() not in order for order in backend.orders)
+    assert confirmed.is_default

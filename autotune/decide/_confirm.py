@@ -71,12 +71,22 @@ def confirm(
     progress: Progress,
     *,
     later: int,
+    default_threads: int | None = None,
 ) -> Confirmed:
     """Measure the finalists and the default loader again in interleaved rounds, and
-    choose."""
+    choose.
+
+    Args:
+        default_threads: the threads torch runs the default loader's training with (the
+            preflight's figure): a finalist that only spells them out is the default.
+    """
     options = plan.options
     user_batch = baseline.batch_size
-    configs = _finalist_settings(plan, explored, progress, user_batch)
+    configs = [
+        s
+        for s in _finalist_settings(plan, explored, progress, user_batch)
+        if not same_as_default(s, baseline, default_threads)
+    ]
     order = [*configs, baseline]
     roles = ["confirm"] * len(configs) + ["baseline"]
     progress.phase(
@@ -116,6 +126,14 @@ def confirm(
         speedup_rounds=paired_ratios(pick, default) if default.complete else (),
         is_default=pick is default,
     )
+
+
+def same_as_default(settings: Settings, default: Settings, default_threads: int | None) -> bool:
+    """Whether ``settings`` is the default loader's own config: the same knobs, the threads
+    either unset or the ones torch uses by default."""
+    if settings.threads is not None and settings.threads == default_threads:
+        settings = dataclasses.replace(settings, threads=None)
+    return settings == default
 
 
 def _finalist_settings(

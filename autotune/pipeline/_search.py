@@ -205,7 +205,13 @@ def _run_stages(
             f"`autotune show {path}`."
         )
     confirmed = confirm(
-        runner, plan, explored, baseline, progress, later=ddp_probes + ceiling_probes
+        runner,
+        plan,
+        explored,
+        baseline,
+        progress,
+        later=ddp_probes + ceiling_probes,
+        default_threads=info.get("torch_threads"),
     )
     winner = confirmed.winner
 
