@@ -75,12 +75,15 @@ def neighbours(settings: Settings, options: ClimbOptions) -> list[Settings]:
     """The configs one move away, the likeliest gains first.
 
     More workers (doubling, then one more), deeper prefetch (doubling), pinned memory
-    toggled (on CUDA only), then fewer workers (halving). Persistence is not a move:
-    it changes nothing within an epoch (see :func:`wants_persistent`).
+    toggled (on CUDA only), then fewer workers (halving). From no workers, two workers
+    come before one: where the loop is all loading, one worker only moves the loading
+    out of the loop, as slow as before, and the climb would stop there. Persistence
+    is not a move: it changes nothing within an epoch (see :func:`wants_persistent`).
     """
     workers = settings.num_workers
+    more = (2, 1) if workers == 0 else (2 * workers, workers + 1)
     found = [
-        *(_workers(settings, w) for w in (max(1, 2 * workers), workers + 1)),
+        *(_workers(settings, w) for w in more),
         _prefetch(settings, 2 * (settings.prefetch_factor or 2), options.max_prefetch),
         dataclasses.replace(settings, pin_memory=not settings.pin_memory)
         if options.pin_memory
