@@ -223,6 +223,7 @@ def test_the_choice_is_recorded_for_load_and_show(
     assert main(["show", str(path)]) == 0
     shown = capsys.readouterr().out
     assert f"best: {chosen.describe()}" in shown
+    assert "chosen online" in shown and "confirming round" not in shown
     assert "online" in shown and "baseline" in shown
 
 

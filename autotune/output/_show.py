@@ -28,7 +28,9 @@ def result_lines(result: SearchResult) -> list[str]:
     if figures.peak_memory_bytes:
         detail += f", peak memory {_mib(figures.peak_memory_bytes)} MiB"
     lines.append(detail)
-    if not result.confirmed:
+    if result.workload.get("online"):
+        lines.append("  (chosen online, from windows of the training's own steps; not re-measured)")
+    elif not result.confirmed:
         lines.append("  (not re-measured: the search did not reach its confirming round)")
     if result.baseline is not None:
         base = result.baseline
