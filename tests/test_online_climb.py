@@ -179,6 +179,19 @@ def test_the_clock_times_whole_steps_and_skips_start_up_and_warm_up() -> None:
     assert [w.index for w in closed] == [0, 1]
 
 
+def test_the_warm_up_lasts_as_many_steps_as_the_workers_prefetched() -> None:
+    time = FakeTime()
+    clock = StepClock(window_seconds=0.0, min_steps=2, now=time)
+    clock.restart(prefetched=8)  # e.g. 4 workers x prefetch 2, all ready at once
+    steps, closed = 0, None
+    while closed is None and steps < 20:
+        asked = time.t
+        time.t += 0.1
+        _, closed = clock.fetched(asked, samples=4)
+        steps += 1
+    assert steps == 1 + 8 + 2  # start-up, warm-up, one window
+
+
 def test_a_restart_makes_the_next_batch_start_up_again() -> None:
     time = FakeTime()
     clock = StepClock(window_seconds=10.0, now=time)
@@ -201,6 +214,16 @@ def test_the_budget_ends_at_its_share_of_an_epoch_or_its_seconds() -> None:
     assert timed.batches is None
     timed.spend(1.5)
     assert timed.over and not timed.fresh().over
+
+
+def test_the_watch_can_take_the_climbs_figure_as_settled() -> None:
+    watch = Watch(settled=100.0, ratio=0.7, sustained=2)
+    assert [watch.add(60.0), watch.add(60.0)] == [False, True]
+
+
+def test_a_drop_must_last_its_seconds_too() -> None:
+    watch = Watch(settled=100.0, ratio=0.7, sustained=2, seconds=10.0)
+    assert [watch.add(60.0, 4.0) for _ in range(3)] == [False, False, True]
 
 
 def test_the_watch_wants_a_sustained_drop() -> None:

@@ -46,6 +46,7 @@ def make(
         device="cpu",
         record=record,
         epoch_batches=1000,
+        retune_seconds=0.5,
     )
     return Tuner(Settings(batch_size=4), options, LOG, now=time)
 

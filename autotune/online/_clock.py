@@ -23,9 +23,11 @@ class StepClock:
     """Times the steps of one running DataLoader iterator and closes windows.
 
     After each (re)start the first batch is start-up (workers starting, their first
-    batches), timed on its own, and the first window after it is warm-up (workers
-    hand over the batches they prefetched all at once), measured but not returned: a
-    config is judged on its steady pace, as the probes judge it.
+    batches), timed on its own, and the first window after it is warm-up, measured
+    but not returned: the batches the workers prefetched while starting come all at
+    once, faster than the loader's steady pace, so the warm-up lasts at least as many
+    steps as were prefetched. A config is judged on its steady pace, as the probes
+    judge it.
 
     Args:
         window_seconds: a window ends at the first step boundary after this long.
@@ -47,13 +49,20 @@ class StepClock:
         self._index = 0
         self._last: float | None = None
         self._warm = False
+        self._warmup_steps = 0
         self._seconds = self._wait = 0.0
         self._samples = self._steps = 0
 
-    def restart(self) -> None:
-        """A new iterator, or a new epoch: the next batch is start-up, then warm-up."""
+    def restart(self, prefetched: int = 0) -> None:
+        """A new iterator, or a new epoch: the next batch is start-up, then warm-up.
+
+        Args:
+            prefetched: batches the workers load ahead (workers x prefetch factor); the
+                warm-up lasts at least this many steps.
+        """
         self._last = None
         self._warm = False
+        self._warmup_steps = prefetched
         self._clear()
 
     def _clear(self) -> None:
@@ -87,7 +96,8 @@ class StepClock:
         self._wait += got - asked
         self._samples += samples
         self._steps += 1
-        if self._steps < self.min_steps or self._seconds < self.window_seconds:
+        least = self.min_steps if self._warm else max(self.min_steps, self._warmup_steps)
+        if self._steps < least or self._seconds < self.window_seconds:
             return step, None
         return step, self._close()
 

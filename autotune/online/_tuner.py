@@ -38,6 +38,8 @@ class TunerOptions:
     window_seconds: float
     retune: bool
     device: str
+    retune_seconds: float = 30.0
+    """How long throughput must stay down before a climb starts again."""
     record: Path | None = None
     ranks: Ranks | None = None
     epoch_batches: int | None = None
@@ -89,7 +91,7 @@ class Tuner:
                 self._why,
             )
         self.running = settings
-        self.clock.restart()
+        self.clock.restart(_prefetched(settings))
 
     def fetched(self, asked: float, samples: int) -> None:
         """A batch of ``samples`` was handed over; the user asked for it at ``asked``."""
@@ -99,14 +101,15 @@ class Tuner:
             self.startups[without_persistence(self.running).key()] = seconds
         if self.climb is not None:
             self._climbing(seconds, window)
-        elif window is not None and self.watch is not None and self.watch.add(window.samples_per_s):
-            self._climb_again(self.watch.settled or 0.0)
+        elif window is not None:
+            self._watching(window)
 
     def epoch_ended(self, batches: int) -> None:
         """An epoch ended after ``batches`` batches."""
         if self.epoch_batches is None:
             self.epoch_batches = batches
-        self.clock.restart()
+        # Workers, persistent or new, prefetch again at the start of the next epoch.
+        self.clock.restart(_prefetched(self.running) if self.running else 0)
 
     # ------------------------------------------------------------ climbing
     def _climbing(self, seconds: float, window: Window | None) -> None:
@@ -149,7 +152,10 @@ class Tuner:
         self.climb = None
         self._why = "settled"
         # Under DDP a rank climbing again alone would miss the others at the next meeting.
-        self.watch = Watch() if self.options.retune and ranks is None else None
+        if self.options.retune and ranks is None:
+            rates = climb.rates(without_persistence(choice))
+            settled = statistics.median(rates) if rates else None
+            self.watch = Watch(settled=settled, seconds=self.options.retune_seconds)
         self.log.info("online: settled on %s: %s", choice.describe(), self._summary(climb, choice))
         if self.options.record is not None and (ranks is None or ranks.rank == 0):
             self._record(climb, choice)
@@ -185,14 +191,19 @@ class Tuner:
             f"{spent.spent_seconds:.1f} s"
         )
 
+    def _watching(self, window: Window) -> None:
+        watch = self.watch
+        if watch is not None and watch.add(window.samples_per_s, window.seconds):
+            self._climb_again(watch.settled or 0.0)
+
     def _climb_again(self, settled: float) -> None:
         running = self.running or self.wanted
         self.log.info(
-            "online: throughput below %.0f%% of the settled %s samples/s for %d windows; "
+            "online: throughput below %.0f%% of the settled %s samples/s for %g s; "
             "climbing again from %s",
             100 * (self.watch.ratio if self.watch else 0.0),
             format_rate(settled),
-            self.watch.sustained if self.watch else 0,
+            self.options.retune_seconds,
             running.describe(),
         )
         self.watch = None
@@ -222,3 +233,8 @@ class Tuner:
             self.result = record_choice(path, record)
         except AutotuneError as error:  # the training matters more than its record
             self.log.warning("online: could not record the choice in %s: %s", path, error)
+
+
+def _prefetched(settings: Settings) -> int:
+    """Batches a config's workers load ahead: what they hand over at once when starting."""
+    return settings.num_workers * (settings.prefetch_factor or 2)
