@@ -57,6 +57,8 @@ def online(
     neighbours (more workers, deeper prefetch, pinned memory on CUDA), keeping a move
     only when the user's own steps get faster beyond the noise; then it settles on the
     best for the rest of training, and climbs again if throughput falls for long.
+    Under DDP, create it after ``torch.distributed.init_process_group``: each rank then
+    climbs within its share of the CPUs, and all take rank 0's choice.
 
     Args:
         dataset: a map-style dataset or an IterableDataset (which changes config only
@@ -72,7 +74,8 @@ def online(
             batches; None: seconds only. The first limit reached ends the climb.
         window_seconds: a measuring window ends at the first step after this long.
         windows: windows measured per config.
-        retune: climb again when throughput stays below 0.7x the settled figure.
+        retune: climb again when throughput stays below 0.7x the settled figure for
+            30 s (never under DDP, where the ranks would have to climb together).
         study: start from the choice saved in a study (a ``.db`` path or a name),
             exported JSON, or a ``SearchResult``; None starts from ``num_workers=0``.
         record: a study file to write the choice into (for ``autotune show``).
