@@ -277,3 +277,10 @@ def test_dropping_the_loader_stops_its_workers() -> None:
     assert len([p for p in workers() if p.pid not in before]) == 2
     del loader, epoch  # no reference cycle keeps them: they go now, not at the next gc
     assert {p.pid for p in workers()} == before
+
+
+def test_a_loader_used_only_in_its_for_statement_still_iterates() -> None:
+    # Nothing but the epoch holds the loader here; it must live as long as the epoch.
+    seen = [i for batch in autotune.online(Indices(length=64), batch_size=4, **TINY)
+            for i in batch.tolist()]  # fmt: skip
+    assert sorted(seen) == list(range(64))

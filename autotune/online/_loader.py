@@ -10,6 +10,7 @@ config only between epochs.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
@@ -41,7 +42,10 @@ class OnlineLoader:
         """The sampler of the epoch's order: the user's, or a Random/SequentialSampler."""
         self._tuner = tuner
         self._loaders = Loaders(data)
-        self._epoch: _Epoch | None = None
+        # Weak: the epoch keeps its loader alive (``for b in autotune.online(...)`` holds
+        # only the epoch), and a strong reference back would make a cycle that only the
+        # garbage collector frees, workers and all.
+        self._epoch: weakref.ref[_Epoch] | None = None
 
     # ------------------------------------------------------------ as a DataLoader
     @property
@@ -65,13 +69,15 @@ class OnlineLoader:
         return length
 
     def __iter__(self) -> Iterator[Any]:
-        if self._epoch is not None:
-            self._epoch.close()  # the last epoch was left before its end
+        last = self._epoch() if self._epoch is not None else None
+        if last is not None:
+            last.close()  # the last epoch was left before its end
         order = None
         if self.sampler is not None and not isinstance(self.dataset, IterableDataset):
             order = EpochOrder.draw(self.sampler, self.batch_size, self.drop_last)
-        self._epoch = _Epoch(self._tuner, self._loaders, order, self.batch_size)
-        return self._epoch
+        epoch = _Epoch(self, order)
+        self._epoch = weakref.ref(epoch)
+        return epoch
 
     def set_epoch(self, epoch: int) -> None:
         """Pass the epoch on to the sampler (a DistributedSampler reshuffles by it)."""
@@ -99,9 +105,10 @@ class OnlineLoader:
     def close(self) -> None:
         """Stop every worker process now (persistent workers otherwise live on until the
         loader is garbage collected)."""
-        if self._epoch is not None:
-            self._epoch.close()
-            self._epoch = None
+        epoch = self._epoch() if self._epoch is not None else None
+        if epoch is not None:
+            epoch.close()
+        self._epoch = None
         self._loaders.release()
 
     def __enter__(self) -> OnlineLoader:
@@ -124,23 +131,17 @@ class OnlineLoader:
 class _Epoch(Iterator[Any]):
     """One pass over the data, across as many DataLoader iterators as the tuner asks.
 
-    It holds no reference to its OnlineLoader, so that dropping the loader frees it
-    (and its workers) at once rather than at the next garbage collection.
-
     Args:
-        tuner: decides which config runs.
-        loaders: builds and stops the DataLoaders.
+        owner: its loader, kept alive while the epoch is.
         order: the epoch's batches (a map-style dataset), or None (an IterableDataset).
-        batch_size: the user's batch size, to count an IterableDataset's batches.
     """
 
-    def __init__(
-        self, tuner: Tuner, loaders: Loaders, order: EpochOrder | None, batch_size: int
-    ) -> None:
-        self._tuner = tuner
-        self._loaders = loaders
+    def __init__(self, owner: OnlineLoader, order: EpochOrder | None) -> None:
+        self._owner = owner
+        self._tuner = owner._tuner
+        self._loaders = owner._loaders
         self._order = order
-        self._batch_size = batch_size
+        self._batch_size = owner.batch_size
         self._iterator: Iterator[Any] | None = None
         self._running: Settings | None = None
         self._batches = 0
