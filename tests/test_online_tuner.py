@@ -89,9 +89,11 @@ def test_it_settles_on_the_cheapest_fastest_config_with_persistent_workers(
     settled = [r.getMessage() for r in caplog.records if "settled on" in r.getMessage()]
     assert len(settled) == 1
     assert "workers=2" in settled[0] and "2.50x the default loader's 40" in settled[0]
+    assert settled[0].endswith("no move left that wins")
 
 
-def test_a_spent_budget_settles_on_the_best_so_far() -> None:
+def test_a_spent_budget_settles_on_the_best_so_far(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, LOG.name)
     time = FakeTime()
     # No workers: 7 steps (start-up, 2 of warm-up, 2 windows of 2); two workers: 7 more,
     # and kept; four workers: the budget ends 2 steps in.
@@ -100,6 +102,7 @@ def test_a_spent_budget_settles_on_the_best_so_far() -> None:
     assert tuner.climb is None
     assert tuner.wanted.num_workers == 2
     assert tuner.budget.spent_batches == 16
+    assert "the budget ended the climb" in caplog.text
 
 
 def test_a_sustained_drop_starts_another_climb(caplog: pytest.LogCaptureFixture) -> None:

@@ -143,6 +143,7 @@ class Tuner:
         return self._steps % SYNC_STEPS == 0 and ranks.ends(self.budget.over, climb.done)
 
     def _settle(self, climb: Climb) -> None:
+        ended = "no move left that wins" if climb.done else "the budget ended the climb"
         climb.finish()
         choice = self._persistence(climb.current)
         ranks = self.options.ranks
@@ -156,7 +157,8 @@ class Tuner:
             rates = climb.rates(without_persistence(choice))
             settled = statistics.median(rates) if rates else None
             self.watch = Watch(settled=settled, seconds=self.options.retune_seconds)
-        self.log.info("online: settled on %s: %s", choice.describe(), self._summary(climb, choice))
+        summary = self._summary(climb, choice)
+        self.log.info("online: settled on %s: %s; %s", choice.describe(), summary, ended)
         if self.options.record is not None and (ranks is None or ranks.rank == 0):
             self._record(climb, choice)
 
