@@ -6,6 +6,7 @@
     result = autotune.search("examples/quickstart.py")
     loader = result.loader(train_set)          # a plain torch DataLoader, tuned
     later = autotune.load("studies/quickstart.db").loader(train_set)
+    loader = autotune.online(train_set, batch_size=32)   # tunes itself in your own loop
     autotune.report("studies/quickstart.db", "report.html")   # diagnosis, plots, trials
 """
 
@@ -19,6 +20,8 @@ from autotune._errors import (
     WorkloadError,
 )
 from autotune.decide._diagnosis import Diagnosis, diagnose
+from autotune.inloop._loader import OnlineLoader
+from autotune.inloop._online import online
 from autotune.machine._machine import Machine
 from autotune.output._load import load
 from autotune.output._report import report
@@ -47,6 +50,7 @@ __all__ = [
     "Machine",
     "Measurement",
     "MissingExtraError",
+    "OnlineLoader",
     "Progress",
     "QuietProgress",
     "SearchOptions",
@@ -59,6 +63,7 @@ __all__ = [
     "__version__",
     "diagnose",
     "load",
+    "online",
     "report",
     "search",
 ]

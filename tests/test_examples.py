@@ -1,7 +1,11 @@
-"""Every example config runs, with a tiny budget, so none of them rots."""
+"""Every example config runs, with a tiny budget, so none of them rots; the online
+example runs as a script too, as its docstring tells a user to run it."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,7 +13,8 @@ from conftest import quick
 
 import autotune
 
-EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.py"))
+ROOT = Path(__file__).parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
@@ -22,3 +27,23 @@ def test_example_runs(path: Path, workdir: Path) -> None:
 
 def test_there_are_examples() -> None:
     assert any(p.name == "quickstart.py" for p in EXAMPLES)
+
+
+def test_the_online_example_trains_settles_and_records(workdir: Path) -> None:
+    paths = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "online_loop.py"), "--steps", "200",
+         "--record", "studies/online_loop.db"],
+        cwd=workdir,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "trained 200 steps" in run.stdout
+    assert "online: settled on" in run.stderr
+    result = autotune.load(workdir / "studies" / "online_loop.db", check_machine=False)
+    assert result.settings.batch_size == 32 and not result.confirmed
+    assert result.baseline is not None and result.baseline.settings.num_workers == 0
+    assert f"loader settled on: {result.settings.describe()}" in run.stdout

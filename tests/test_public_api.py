@@ -12,7 +12,7 @@ def test_all_is_complete_and_sorted() -> None:
     # The stage packages and the CLI are submodules, reached by importing them; the API is
     # what autotune/__init__.py re-exports from them.
     modules = {name for name in public if isinstance(getattr(autotune, name), types.ModuleType)}
-    assert {"pipeline", "probe", "settings"} <= modules
+    assert {"inloop", "pipeline", "probe", "settings"} <= modules
     assert public - modules <= set(autotune.__all__)
     assert set(autotune.__all__) <= set(dir(autotune))
     assert autotune.__all__ == sorted(autotune.__all__)

@@ -146,6 +146,8 @@ class SearchResult:
         """What to keep in mind before trusting the figures; None when confirmed."""
         if self.confirmed:
             return None
+        if self.workload.get("online"):
+            return "chosen online, from windows of the training's own steps; not re-measured"
         return (
             "not confirmed: chosen from exploration figures alone (the search did not "
             "re-measure it in its confirming rounds); run the search again to confirm it"

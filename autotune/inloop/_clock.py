@@ -1,0 +1,118 @@
+"""Windows of the user's own steps, timed from inside the loader.
+
+The loader sees two instants per step: when the user asks for the next batch and
+when it gets it. The time between two successive hand-overs is one whole step of
+the user's loop (its forward, backward and optimizer step, plus the wait for the
+batch); the time inside ``next()`` is the wait alone. A window adds whole steps up
+until it is long enough, and becomes a :class:`~autotune.probe.Window`, the record
+the probes use too.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from autotune.probe import Window
+
+MIN_STEPS = 2
+"""A window holds at least this many steps, however short ``window_seconds`` is."""
+
+
+class StepClock:
+    """Times the steps of one running DataLoader iterator and closes windows.
+
+    After each (re)start the first batch is start-up (workers starting, their first
+    batches), timed on its own, and the first window after it is warm-up, measured
+    but not returned: the batches the workers prefetched while starting come all at
+    once, faster than the loader's steady pace, so the warm-up lasts at least as many
+    steps as were prefetched. A config is judged on its steady pace, as the probes
+    judge it.
+
+    Args:
+        window_seconds: a window ends at the first step boundary after this long.
+        min_steps: and holds at least this many steps.
+        now: the clock, in seconds (a fake one in tests).
+    """
+
+    def __init__(
+        self,
+        window_seconds: float,
+        min_steps: int = MIN_STEPS,
+        now: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.now = now
+        self.window_seconds = window_seconds
+        self.min_steps = min_steps
+        self.startup_s: float | None = None
+        """The last start-up: from asking the new iterator for a batch to getting it."""
+        self._index = 0
+        self._last: float | None = None
+        self._warm = False
+        self._warmup_steps = 0
+        self._seconds = self._wait = 0.0
+        self._samples = self._steps = 0
+
+    def restart(self, prefetched: int = 0) -> None:
+        """A new iterator, or a new epoch: the next batch is start-up, then warm-up.
+
+        Args:
+            prefetched: batches the workers load ahead (workers x prefetch factor); the
+                warm-up lasts at least this many steps.
+        """
+        self._last = None
+        self._warm = False
+        self._warmup_steps = prefetched
+        self._clear()
+
+    def _clear(self) -> None:
+        self._seconds = self._wait = 0.0
+        self._samples = self._steps = 0
+
+    @property
+    def starting(self) -> bool:
+        """Whether the next batch is the start-up of a new iterator."""
+        return self._last is None
+
+    def fetched(self, asked: float, samples: int) -> tuple[float, Window | None]:
+        """Count one batch handed over.
+
+        Args:
+            asked: when the user asked for it (:attr:`now` before ``next()``).
+            samples: the samples in it.
+
+        Returns:
+            The seconds this step took (start-up for the first batch after a restart),
+            and the window it closed, if any.
+        """
+        got = self.now()
+        if self._last is None:
+            self._last = got
+            self.startup_s = got - asked
+            return got - asked, None
+        step = got - self._last
+        self._last = got
+        self._seconds += step
+        self._wait += got - asked
+        self._samples += samples
+        self._steps += 1
+        least = self.min_steps if self._warm else max(self.min_steps, self._warmup_steps)
+        if self._steps < least or self._seconds < self.window_seconds:
+            return step, None
+        return step, self._close()
+
+    def _close(self) -> Window | None:
+        window = Window(
+            index=self._index,
+            seconds=self._seconds,
+            samples=self._samples,
+            fresh=self._samples,
+            steps=self._steps,
+            wait_seconds=min(self._wait, self._seconds),
+        )
+        self._clear()
+        if not self._warm:
+            self._warm = True
+            return None
+        self._index += 1
+        return window

@@ -1,0 +1,152 @@
+"""Writing an online climb into a study, so ``autotune show``, ``report`` and
+``autotune.load`` read it like a search's.
+
+Each config measured becomes a finished trial (role ``baseline`` for the default
+loader, ``online`` for the rest) with its settings and figures; the choice becomes
+the study's result, ``confirmed=False``: it was chosen from the climb's windows,
+not re-measured side by side as a search's finalists are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune._errors import StudyError
+from autotune.machine._machine import Machine
+from autotune.probe import Figures, Measurement, Window
+from autotune.result._result import SearchResult
+from autotune.settings._settings import Settings
+from autotune.study._study import (
+    BACKEND,
+    FIGURES,
+    META,
+    RESULT,
+    ROLE,
+    SETTINGS,
+    STUDY_FORMAT,
+    open_study,
+    quiet_optuna,
+    read_meta,
+    resolve,
+)
+
+ROLE_ONLINE = "online"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Choice:
+    """What one climb settled on, and what it measured on the way."""
+
+    chosen: Measurement
+    """The config settled on, with its climb windows."""
+    measured: tuple[Measurement, ...]
+    """Every config the climb measured, in the order tried (the chosen one among them)."""
+    device: str
+    machine: Machine
+    tolerance: float
+    workload: dict[str, Any]
+
+    @property
+    def baseline(self) -> Measurement | None:
+        """The default loader (no workers, no pinning), when the climb measured it."""
+        for measurement in self.measured:
+            settings = measurement.settings
+            if settings.num_workers == 0 and not settings.pin_memory:
+                return measurement
+        return None
+
+
+def check_recordable(target: str | Path) -> Path:
+    """The study file ``target`` names, refused early when it holds a search's result.
+
+    A search's result was confirmed side by side; an online choice is not, and must
+    not replace it.
+
+    Raises:
+        StudyError: the study holds a confirmed search result, or cannot be read.
+    """
+    path, name = resolve(target, Path(str(target)).stem)
+    if not path.exists():
+        return path
+    saved = open_study(path, name, create=False).user_attrs.get(RESULT) or {}
+    if saved.get("confirmed", True) and saved and not saved.get("workload", {}).get("online"):
+        raise StudyError(
+            f"{path} holds the confirmed result of a search; an online choice would replace "
+            "it. Give another path to record into (or pass this one as `study=` to start "
+            "from its choice)."
+        )
+    return path
+
+
+def record_choice(path: Path, choice: Choice) -> SearchResult:
+    """Add the climb's configs as trials of the study at ``path`` and save its choice.
+
+    Returns:
+        The result saved, as ``autotune.load(path)`` reads it back.
+    """
+    _, name = resolve(path, path.stem)
+    study = open_study(path, name, create=True)
+    if not read_meta(study):
+        study.set_user_attr(META, _meta(choice))
+    with quiet_optuna():
+        for measurement in choice.measured:
+            study.add_trial(_trial(measurement, measurement is choice.baseline))
+    result = SearchResult(
+        settings=choice.chosen.settings,
+        figures=choice.chosen.figures,
+        device=choice.device,
+        machine=choice.machine,
+        baseline=choice.baseline,
+        finalists=(choice.chosen,),
+        tolerance=choice.tolerance,
+        confirmed=False,
+        workload=choice.workload,
+        study_path=str(path),
+        study_name=study.study_name,
+    )
+    study.set_user_attr(RESULT, result.to_dict())
+    return result
+
+
+def _meta(choice: Choice) -> dict[str, Any]:
+    return {
+        "format": STUDY_FORMAT,
+        "mode": "online",
+        "batch_size": choice.chosen.settings.batch_size,
+        "device": choice.device,
+        "machine": choice.machine.to_dict(),
+        "workload": choice.workload,
+        "options": {"tolerance": choice.tolerance},
+    }
+
+
+def _trial(measurement: Measurement, baseline: bool) -> optuna.trial.FrozenTrial:
+    return optuna.trial.create_trial(
+        state=TrialState.COMPLETE,
+        value=measurement.samples_per_s,
+        user_attrs={
+            ROLE: "baseline" if baseline else ROLE_ONLINE,
+            SETTINGS: measurement.settings.to_dict(),
+            FIGURES: measurement.figures.to_dict(),
+            BACKEND: ROLE_ONLINE,
+        },
+    )
+
+
+def measurements(
+    configs: Sequence[tuple[Settings, Sequence[Window]]], startups: dict[str, float]
+) -> tuple[Measurement, ...]:
+    """Measurements of the climb's ``(settings, windows)`` pairs, with their start-ups."""
+    return tuple(
+        Measurement(
+            settings=settings,
+            figures=Figures(windows=tuple(windows), startup_s=startups.get(settings.key())),
+        )
+        for settings, windows in configs
+    )

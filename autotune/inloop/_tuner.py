@@ -1,0 +1,242 @@
+"""The tuner: turns the loader's timings into windows, windows into climb moves, and
+decides which config should run; it logs each decision and records the choice.
+
+It never touches a DataLoader: the loader asks it for :attr:`Tuner.wanted` and tells
+it what it started (:meth:`Tuner.started`) and what each batch took
+(:meth:`Tuner.fetched`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from autotune._errors import AutotuneError
+from autotune._format import format_rate
+from autotune.inloop._budget import Budget
+from autotune.inloop._climb import Climb, ClimbOptions, wants_persistent, without_persistence
+from autotune.inloop._clock import StepClock
+from autotune.inloop._ddp import SYNC_STEPS, Ranks
+from autotune.inloop._record import Choice, measurements, record_choice
+from autotune.inloop._watch import Watch
+from autotune.machine._machine import detect_machine
+from autotune.probe import Figures, Measurement, Window
+from autotune.result._result import SearchResult
+from autotune.settings._settings import Settings
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TunerOptions:
+    """What the caller of ``autotune.online`` chose, besides the data."""
+
+    climb: ClimbOptions
+    budget: Budget
+    window_seconds: float
+    retune: bool
+    device: str
+    retune_seconds: float = 30.0
+    """How long throughput must stay down before a climb starts again."""
+    record: Path | None = None
+    ranks: Ranks | None = None
+    epoch_batches: int | None = None
+    """Batches per epoch, when the dataset has a length."""
+
+
+class Tuner:
+    """One loader's tuning, from its first climb to the end of training.
+
+    Args:
+        start: the config the first climb starts from.
+        options: how it climbs, for how long, and where it records.
+        log: where its one-line messages go.
+        now: the clock, in seconds (a fake one in tests).
+    """
+
+    def __init__(
+        self,
+        start: Settings,
+        options: TunerOptions,
+        log: logging.Logger,
+        *,
+        now: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.options = options
+        self.log = log
+        self.wanted = start
+        """The config that should run now (persistence applies from the next epoch)."""
+        self.running: Settings | None = None
+        self.climb: Climb | None = Climb(without_persistence(start), options.climb)
+        self.budget = options.budget
+        self.watch: Watch | None = None
+        self.clock = StepClock(options.window_seconds, now=now)
+        self.startups: dict[str, float] = {}
+        self.epoch_batches = options.epoch_batches
+        self.result: SearchResult | None = None
+        """The SearchResult last recorded, when recording."""
+        self._why = "climb start"
+        self._steps = 0
+
+    # ------------------------------------------------------------ loader's calls
+    def started(self, settings: Settings) -> None:
+        """The loader started an iterator with ``settings`` (a switch, or a new epoch)."""
+        if self.running is not None and settings != self.running:
+            self.log.info(
+                "online: switch %s -> %s (%s)",
+                self.running.describe(),
+                settings.describe(),
+                self._why,
+            )
+        self.running = settings
+        self.clock.restart(_prefetched(settings))
+
+    def fetched(self, asked: float, samples: int) -> None:
+        """A batch of ``samples`` was handed over; the user asked for it at ``asked``."""
+        first = self.clock.starting
+        seconds, window = self.clock.fetched(asked, samples)
+        if first and self.running is not None:
+            self.startups[without_persistence(self.running).key()] = seconds
+        if self.climb is not None:
+            self._climbing(seconds, window)
+        elif window is not None:
+            self._watching(window)
+
+    def epoch_ended(self, batches: int) -> None:
+        """An epoch ended after ``batches`` batches."""
+        if self.epoch_batches is None:
+            self.epoch_batches = batches
+        # Workers, persistent or new, prefetch again at the start of the next epoch.
+        self.clock.restart(_prefetched(self.running) if self.running else 0)
+
+    # ------------------------------------------------------------ climbing
+    def _climbing(self, seconds: float, window: Window | None) -> None:
+        climb = self.climb
+        assert climb is not None  # called only while climbing
+        running = without_persistence(self.running) if self.running else None
+        measuring = not climb.done and running == climb.trying
+        if measuring:
+            self.budget.spend(seconds)
+            if window is not None:
+                self._judge(climb, window)
+        if self._climb_ends(climb):
+            self._settle(climb)
+        else:
+            self.wanted = climb.trying
+
+    def _judge(self, climb: Climb, window: Window) -> None:
+        measured = climb.trying
+        verdict = climb.add(window)
+        if verdict is not None:
+            self._why = verdict.describe()
+        elif climb.trying != measured:
+            rate = statistics.median(climb.rates(measured))
+            self._why = f"the start, {measured.describe()}: {format_rate(rate)} samples/s"
+
+    def _climb_ends(self, climb: Climb) -> bool:
+        ranks = self.options.ranks
+        if ranks is None:
+            return climb.done or self.budget.over
+        self._steps += 1
+        return self._steps % SYNC_STEPS == 0 and ranks.ends(self.budget.over, climb.done)
+
+    def _settle(self, climb: Climb) -> None:
+        ended = "no move left that wins" if climb.done else "the budget ended the climb"
+        climb.finish()
+        choice = self._persistence(climb.current)
+        ranks = self.options.ranks
+        if ranks is not None:
+            choice = ranks.agree(choice)
+        self.wanted = choice
+        self.climb = None
+        self._why = "settled"
+        # Under DDP a rank climbing again alone would miss the others at the next meeting.
+        if self.options.retune and ranks is None:
+            rates = climb.rates(without_persistence(choice))
+            settled = statistics.median(rates) if rates else None
+            self.watch = Watch(settled=settled, seconds=self.options.retune_seconds)
+        summary = self._summary(climb, choice)
+        self.log.info("online: settled on %s: %s; %s", choice.describe(), summary, ended)
+        if self.options.record is not None and (ranks is None or ranks.rank == 0):
+            self._record(climb, choice)
+
+    def _persistence(self, settings: Settings) -> Settings:
+        if settings.num_workers == 0:
+            return settings
+        rates = self._rates(settings)
+        epoch_seconds = None
+        if rates and self.epoch_batches is not None:
+            epoch_seconds = self.epoch_batches * settings.batch_size / statistics.median(rates)
+        startup = self.startups.get(settings.key())
+        return dataclasses.replace(
+            settings, persistent_workers=wants_persistent(startup, epoch_seconds)
+        )
+
+    def _rates(self, settings: Settings) -> list[float]:
+        return self.climb.rates(without_persistence(settings)) if self.climb else []
+
+    def _summary(self, climb: Climb, choice: Settings) -> str:
+        rates = climb.rates(without_persistence(choice))
+        tried = len(climb.measured())
+        text = f"{format_rate(statistics.median(rates)) if rates else '-'} samples/s"
+        base = Settings(batch_size=choice.batch_size)
+        base_rates = climb.rates(base)
+        if rates and base_rates and choice != base:
+            base_rate = statistics.median(base_rates)
+            text += f", {statistics.median(rates) / base_rate:.2f}x the default loader's"
+            text += f" {format_rate(base_rate)}"
+        spent = self.budget
+        return (
+            f"{text}; {tried} config(s) measured in {spent.spent_batches} steps, "
+            f"{spent.spent_seconds:.1f} s"
+        )
+
+    def _watching(self, window: Window) -> None:
+        watch = self.watch
+        if watch is not None and watch.add(window.samples_per_s, window.seconds):
+            self._climb_again(watch.settled or 0.0)
+
+    def _climb_again(self, settled: float) -> None:
+        running = self.running or self.wanted
+        self.log.info(
+            "online: throughput below %.0f%% of the settled %s samples/s for %g s; "
+            "climbing again from %s",
+            100 * (self.watch.ratio if self.watch else 0.0),
+            format_rate(settled),
+            self.options.retune_seconds,
+            running.describe(),
+        )
+        self.watch = None
+        self.climb = Climb(without_persistence(running), self.options.climb)
+        self.budget = self.budget.fresh()
+        self._why = "climbing again"
+
+    # ------------------------------------------------------------ recording
+    def _record(self, climb: Climb, choice: Settings) -> None:
+        path = self.options.record
+        assert path is not None  # called only when recording
+        measured = measurements(climb.measured(), self.startups)
+        own = next(
+            (m for m in measured if m.settings == without_persistence(choice)),
+            Measurement(settings=choice, figures=Figures()),
+        )
+        chosen = Measurement(settings=choice, figures=own.figures)
+        record = Choice(
+            chosen=chosen,
+            measured=measured,
+            device=self.options.device,
+            machine=detect_machine(self.options.device.split(":")[0]),
+            tolerance=self.options.climb.tolerance,
+            workload={"online": True, "epoch_batches": self.epoch_batches},
+        )
+        try:
+            self.result = record_choice(path, record)
+        except AutotuneError as error:  # the training matters more than its record
+            self.log.warning("online: could not record the choice in %s: %s", path, error)
+
+
+def _prefetched(settings: Settings) -> int:
+    """Batches a config's workers load ahead: what they hand over at once when starting."""
+    return settings.num_workers * (settings.prefetch_factor or 2)

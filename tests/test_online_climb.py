@@ -1,0 +1,250 @@
+"""The online loader's decisions, alone: the climb, the clock's windows, the budget, the
+watch, and the epoch order. No DataLoader, no process."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from autotune import Settings
+from autotune.inloop._budget import Budget
+from autotune.inloop._climb import (
+    Climb,
+    ClimbOptions,
+    keeps,
+    neighbours,
+    noise,
+    wants_persistent,
+)
+from autotune.inloop._clock import StepClock
+from autotune.inloop._order import EpochOrder, RemainingBatches, epoch_length
+from autotune.inloop._watch import Watch
+from autotune.probe import Window
+
+OPTIONS = ClimbOptions(max_workers=8, windows=3, tolerance=0.03)
+
+
+def s(workers: int = 0, prefetch: int | None = None, pin: bool = False) -> Settings:
+    if workers and prefetch is None:
+        prefetch = 2
+    return Settings(batch_size=32, num_workers=workers, prefetch_factor=prefetch, pin_memory=pin)
+
+
+def window(rate: float, index: int = 0) -> Window:
+    return Window(index=index, seconds=1.0, samples=round(rate), fresh=round(rate), steps=4,
+                  wait_seconds=0.0)  # fmt: skip
+
+
+# ----------------------------------------------------------------- keeping a move
+@pytest.mark.parametrize(
+    ("candidate_rates", "kept"),
+    [
+        ([102.0, 102.0, 102.0], False),  # +2%: inside the 3% tolerance
+        ([104.0, 104.0, 104.0], True),  # +4%: beyond it
+    ],
+)
+def test_a_dearer_move_must_beat_the_tolerance(candidate_rates: list[float], kept: bool) -> None:
+    current = [100.0, 100.0, 100.0]
+    assert keeps(s(2), candidate_rates, s(1), current, 0.03) is kept
+
+
+@pytest.mark.parametrize(("candidate", "kept"), [(115.0, False), (125.0, True)])
+def test_a_dearer_move_must_beat_the_noise_between_windows(candidate: float, kept: bool) -> None:
+    noisy = [80.0, 100.0, 120.0]  # stdev / mean = 20%
+    assert noise(noisy, [candidate] * 3, 0.03) == pytest.approx(0.2)
+    assert keeps(s(2), [candidate] * 3, s(1), noisy, 0.03) is kept
+
+
+@pytest.mark.parametrize(("candidate", "kept"), [(98.0, True), (96.0, False)])
+def test_a_cheaper_move_is_kept_unless_slower_beyond_noise(candidate: float, kept: bool) -> None:
+    assert keeps(s(1), [candidate] * 3, s(2), [100.0] * 3, 0.03) is kept
+
+
+def test_the_medians_are_compared_so_one_wild_window_does_not_decide() -> None:
+    assert not keeps(s(2), [100.0, 100.0, 1000.0], s(1), [100.0, 100.0, 100.0], 0.03)
+
+
+# ----------------------------------------------------------------- where it may go
+def test_from_no_workers_the_moves_are_two_workers_then_one() -> None:
+    assert neighbours(s(0), OPTIONS) == [s(2), s(1)]
+
+
+def test_neighbours_double_step_deepen_then_halve() -> None:
+    assert neighbours(s(2), OPTIONS) == [s(4), s(3), s(2, prefetch=4), s(1)]
+
+
+def test_neighbours_stay_within_the_cpu_share_and_prefetch_cap() -> None:
+    capped = ClimbOptions(max_workers=2, max_prefetch=4)
+    assert neighbours(s(2, prefetch=4), capped) == [s(1, prefetch=4)]
+
+
+def test_pinned_memory_is_tried_only_when_allowed() -> None:
+    assert s(1, pin=True) not in neighbours(s(1), OPTIONS)
+    assert s(1, pin=True) in neighbours(s(1), ClimbOptions(max_workers=8, pin_memory=True))
+
+
+def test_dropping_to_no_workers_drops_the_worker_knobs() -> None:
+    (down,) = [n for n in neighbours(s(1, prefetch=4), OPTIONS) if n.num_workers == 0]
+    assert down == s(0)
+
+
+# ----------------------------------------------------------------- the climb
+def run_climb(start: Settings, rate_of: dict[tuple[int, int], float]) -> Climb:
+    """Feed the climb steady windows of each config's rate until it is done."""
+    climb = Climb(start, OPTIONS)
+    for index in itertools.count():
+        if climb.done:
+            return climb
+        trying = climb.trying
+        climb.add(window(rate_of[(trying.num_workers, trying.prefetch_factor or 2)], index))
+        assert index < 100, "the climb never ended"
+    raise AssertionError  # unreachable
+
+
+def test_the_climb_stops_at_the_peak_and_keeps_no_noise_move() -> None:
+    rates = {(0, 2): 100, (1, 2): 180, (2, 2): 300, (3, 2): 305, (4, 2): 320, (8, 2): 250,
+             (5, 2): 321, (4, 4): 322, (2, 4): 300, (1, 4): 180}  # fmt: skip
+    climb = run_climb(s(0), {k: float(v) for k, v in rates.items()})
+    # 0 -> 2 -> 4 (each kept at once); from 4: 8 slower, 5 and prefetch 4 within the
+    # 3% tolerance; 2 measured already.
+    assert climb.current == s(4)
+    tried = [settings for settings, _ in climb.measured()]
+    assert tried == [s(0), s(2), s(4), s(8), s(5), s(4, prefetch=4)]
+
+
+def test_the_climb_comes_down_from_a_dear_start() -> None:
+    rates = {(8, 2): 300.0, (16, 2): 200.0, (9, 2): 290.0, (8, 4): 295.0, (4, 2): 299.0,
+             (2, 2): 150.0, (5, 2): 290.0, (4, 4): 290.0, (3, 2): 200.0}  # fmt: skip
+    climb = run_climb(s(8), rates)
+    assert climb.current == s(4)  # as fast within the noise, and cheaper
+
+
+def test_a_finished_budget_stands_on_the_best_kept() -> None:
+    climb = Climb(s(0), OPTIONS)
+    for rate in (100.0, 100.0, 100.0, 300.0, 300.0, 300.0, 50.0):
+        climb.add(window(rate))
+    assert climb.trying == s(4)
+    climb.finish()
+    assert climb.done and climb.current == climb.trying == s(2)
+    assert climb.add(window(1.0)) is None
+
+
+def test_verdicts_say_what_was_kept_and_why() -> None:
+    climb = Climb(s(0), ClimbOptions(max_workers=8, windows=1))
+    assert climb.add(window(100.0)) is None
+    verdict = climb.add(window(200.0))
+    assert verdict is not None and verdict.kept
+    assert "kept workers=2" in verdict.describe() and "against 100" in verdict.describe()
+
+
+# ----------------------------------------------------------------- persistence
+@pytest.mark.parametrize(
+    ("startup", "epoch", "keep"),
+    [(0.5, 10.0, True), (0.05, 10.0, False), (None, 10.0, False), (0.5, None, False)],
+)
+def test_workers_persist_when_restarting_them_costs_a_percent_of_an_epoch(
+    startup: float | None, epoch: float | None, keep: bool
+) -> None:
+    assert wants_persistent(startup, epoch) is keep
+
+
+# ----------------------------------------------------------------- the clock
+class FakeTime:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_the_clock_times_whole_steps_and_skips_start_up_and_warm_up() -> None:
+    time = FakeTime()
+    clock = StepClock(window_seconds=0.0, min_steps=2, now=time)
+    closed = []
+    for step in range(7):
+        asked = time.t
+        time.t += 1.0 if step == 0 else 0.1  # start-up, then 0.1 s waits...
+        _, closed_window = clock.fetched(asked, samples=4)
+        time.t += 0.4  # ...and 0.4 s of the user's own step
+        if closed_window is not None:
+            closed.append(closed_window)
+    assert clock.startup_s == pytest.approx(1.0)
+    # Steps 1-2 are warm-up; 3-4 and 5-6 make two windows of 2 steps, 0.5 s each.
+    assert len(closed) == 2
+    assert closed[0].steps == 2 and closed[0].samples == 8
+    assert closed[0].seconds == pytest.approx(1.0)
+    assert closed[0].wait_seconds == pytest.approx(0.2)
+    assert closed[0].samples_per_s == pytest.approx(8.0)
+    assert [w.index for w in closed] == [0, 1]
+
+
+def test_the_warm_up_lasts_as_many_steps_as_the_workers_prefetched() -> None:
+    time = FakeTime()
+    clock = StepClock(window_seconds=0.0, min_steps=2, now=time)
+    clock.restart(prefetched=8)  # e.g. 4 workers x prefetch 2, all ready at once
+    steps, closed = 0, None
+    while closed is None and steps < 20:
+        asked = time.t
+        time.t += 0.1
+        _, closed = clock.fetched(asked, samples=4)
+        steps += 1
+    assert steps == 1 + 8 + 2  # start-up, warm-up, one window
+
+
+def test_a_restart_makes_the_next_batch_start_up_again() -> None:
+    time = FakeTime()
+    clock = StepClock(window_seconds=10.0, now=time)
+    clock.fetched(time.t, 4)
+    assert not clock.starting
+    clock.restart()
+    assert clock.starting
+
+
+# ----------------------------------------------------------------- budget and watch
+def test_the_budget_ends_at_its_share_of_an_epoch_or_its_seconds() -> None:
+    budget = Budget.of(epoch_batches=100, fraction=0.05, seconds=60.0)
+    assert budget.batches == 5
+    for _ in range(4):
+        budget.spend(0.1)
+    assert not budget.over
+    budget.spend(0.1)
+    assert budget.over
+    timed = Budget.of(epoch_batches=None, fraction=0.05, seconds=1.0)
+    assert timed.batches is None
+    timed.spend(1.5)
+    assert timed.over and not timed.fresh().over
+
+
+def test_the_watch_can_take_the_climbs_figure_as_settled() -> None:
+    watch = Watch(settled=100.0, ratio=0.7, sustained=2)
+    assert [watch.add(60.0), watch.add(60.0)] == [False, True]
+
+
+def test_a_drop_must_last_its_seconds_too() -> None:
+    watch = Watch(settled=100.0, ratio=0.7, sustained=2, seconds=10.0)
+    assert [watch.add(60.0, 4.0) for _ in range(3)] == [False, False, True]
+
+
+def test_the_watch_wants_a_sustained_drop() -> None:
+    watch = Watch(ratio=0.7, sustained=3, reference=2)
+    assert not any(watch.add(r) for r in (100.0, 100.0))
+    assert watch.settled == 100.0
+    assert not watch.add(50.0) and not watch.add(50.0)
+    assert not watch.add(90.0)  # a recovery starts the count again
+    assert [watch.add(60.0) for _ in range(3)] == [False, False, True]
+
+
+# ----------------------------------------------------------------- the order
+def test_remaining_batches_continue_from_the_first_not_handed() -> None:
+    order = EpochOrder.draw(range(10), batch_size=3, drop_last=False)
+    assert len(order) == 4
+    assert order.hand() == [0, 1, 2]
+    sampler = RemainingBatches(order.remaining())
+    assert list(sampler) == [[3, 4, 5], [6, 7, 8], [9]] and len(sampler) == 3
+
+
+def test_epoch_length_counts_as_a_dataloader_does() -> None:
+    assert epoch_length(range(10), None, 3, drop_last=False) == 4
+    assert epoch_length(range(10), None, 3, drop_last=True) == 3
+    assert epoch_length(object(), None, 3, drop_last=False) is None

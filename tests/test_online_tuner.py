@@ -1,0 +1,145 @@
+"""The tuner on a fake clock: when it settles, on what, and when it climbs again.
+
+The configs' step times are made up, so every decision is known in advance; no
+DataLoader is built.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from autotune import Settings
+from autotune.inloop._budget import Budget
+from autotune.inloop._climb import ClimbOptions, without_persistence
+from autotune.inloop._tuner import Tuner, TunerOptions
+
+LOG = logging.getLogger("autotune.inloop.test")
+STARTUP = 0.5
+"""Seconds a config with workers takes to hand over its first batch."""
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def make(
+    time: FakeTime,
+    *,
+    batches: int | None = 10_000,
+    seconds: float = 1e9,
+    retune: bool = True,
+    record: Path | None = None,
+) -> Tuner:
+    options = TunerOptions(
+        climb=ClimbOptions(max_workers=4, windows=2),
+        budget=Budget(batches=batches, seconds=seconds),
+        window_seconds=0.0,
+        retune=retune,
+        device="cpu",
+        record=record,
+        epoch_batches=1000,
+        retune_seconds=0.5,
+    )
+    return Tuner(Settings(batch_size=4), options, LOG, now=time)
+
+
+def fastest_at_two(settings: Settings) -> float:
+    """Step seconds: two workers are as fast as it gets; more only cost."""
+    return {0: 0.1, 1: 0.06}.get(settings.num_workers, 0.04)
+
+
+def drive(
+    tuner: Tuner, time: FakeTime, steps: int, step_seconds: Callable[[Settings], float]
+) -> None:
+    """Run ``steps`` steps as the loader would: start the wanted config when it differs
+    (persistence aside), then time each batch."""
+    for _ in range(steps):
+        wanted, running = tuner.wanted, tuner.running
+        if running is None or without_persistence(wanted) != without_persistence(running):
+            tuner.started(wanted)
+            starting = wanted.num_workers > 0
+        else:
+            starting = False
+        asked = time.t
+        assert tuner.running is not None
+        time.t += STARTUP if starting else step_seconds(tuner.running)
+        tuner.fetched(asked, 4)
+
+
+def test_it_settles_on_the_cheapest_fastest_config_with_persistent_workers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, LOG.name)
+    time = FakeTime()
+    tuner = make(time)
+    drive(tuner, time, 200, fastest_at_two)
+    assert tuner.climb is None
+    # Restarting two workers (0.5 s) costs over 1% of an epoch (1000 x 0.04 s): kept.
+    assert tuner.wanted == Settings(
+        batch_size=4, num_workers=2, prefetch_factor=2, persistent_workers=True
+    )
+    settled = [r.getMessage() for r in caplog.records if "settled on" in r.getMessage()]
+    assert len(settled) == 1
+    assert "workers=2" in settled[0] and "2.50x the default loader's 40" in settled[0]
+    assert settled[0].endswith("no move left that wins")
+
+
+def test_a_spent_budget_settles_on_the_best_so_far(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, LOG.name)
+    time = FakeTime()
+    # No workers: 7 steps (start-up, 2 of warm-up, 2 windows of 2); two workers: 7 more,
+    # and kept; four workers: the budget ends 2 steps in.
+    tuner = make(time, batches=16)
+    drive(tuner, time, 40, fastest_at_two)
+    assert tuner.climb is None
+    assert tuner.wanted.num_workers == 2
+    assert tuner.budget.spent_batches == 16
+    assert "the budget ended the climb" in caplog.text
+
+
+def test_a_sustained_drop_starts_another_climb(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, LOG.name)
+    time = FakeTime()
+    tuner = make(time)
+    drive(tuner, time, 200, fastest_at_two)
+    assert tuner.climb is None and tuner.watch is not None
+    drive(tuner, time, 10, lambda s: 2 * fastest_at_two(s))  # half speed: below 0.7x
+    assert tuner.climb is not None
+    assert "climbing again from workers=2" in caplog.text
+    assert tuner.climb.trying == without_persistence(tuner.wanted)
+
+
+def test_a_short_dip_is_not_a_drop() -> None:
+    time = FakeTime()
+    tuner = make(time)
+    drive(tuner, time, 200, fastest_at_two)
+    drive(tuner, time, 6, lambda s: 2 * fastest_at_two(s))
+    drive(tuner, time, 20, fastest_at_two)
+    assert tuner.climb is None
+
+
+def test_without_retune_it_stays_settled() -> None:
+    time = FakeTime()
+    tuner = make(time, retune=False)
+    drive(tuner, time, 200, fastest_at_two)
+    drive(tuner, time, 40, lambda s: 3 * fastest_at_two(s))
+    assert tuner.climb is None and tuner.watch is None
+
+
+def test_a_study_that_cannot_be_written_is_a_warning_not_a_crash(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, LOG.name)
+    time = FakeTime()
+    tuner = make(time, record=tmp_path)  # a directory, not a study
+    drive(tuner, time, 200, fastest_at_two)
+    assert tuner.climb is None and tuner.result is None
+    assert "could not record the choice" in caplog.text
