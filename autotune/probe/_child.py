@@ -45,13 +45,13 @@ from autotune.probe._ddp import run_ranks
 from autotune.probe._failure import ReportedFailure, classify
 from autotune.probe._measure import Send, SoloPace, measure
 from autotune.probe._protocol import ProbeRequest
+from autotune.probe._timing import synchronize
 from autotune.probe._train import (
     PieceError,
     Trainer,
     batch_bytes,
     batch_length,
     describe_batch,
-    synchronize,
     to_device,
 )
 from autotune.settings._loader import build_loader, is_iterable_dataset

@@ -22,7 +22,8 @@ from typing import Any, Protocol
 import torch
 
 from autotune.probe._protocol import Window
-from autotune.probe._train import batch_length, synchronize
+from autotune.probe._timing import synchronize
+from autotune.probe._train import batch_length
 
 Send = Callable[[tuple[str, Any]], None]
 """Sends one event of the probe protocol (see :mod:`autotune.probe._child`)."""

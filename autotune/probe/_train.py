@@ -205,9 +205,3 @@ class Trainer:
             else:
                 loss.backward()  # type: ignore[no-untyped-call]
                 self.optimizer.step()
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for queued device work, so a window's time is not misread."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
