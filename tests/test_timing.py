@@ -9,6 +9,7 @@ import types
 import pytest
 import torch
 
+from autotune.probe import Figures, Window
 from autotune.probe._timing import synchronize
 
 
@@ -52,3 +53,22 @@ def test_synchronize_does_nothing_on_the_cpu_or_without_a_module(monkeypatch) ->
     synchronize(torch.device("hpu"))
     monkeypatch.delattr(torch, "hpu", raising=False)
     synchronize(torch.device("hpu"))
+
+
+# --------------------------------------------------------------------- the record
+def test_windows_written_before_the_copy_was_measured_still_load() -> None:
+    old = {"index": 0, "seconds": 2.0, "samples": 64, "fresh": 64, "steps": 2}
+    figures = Figures.from_dict({"windows": [{**old, "wait_seconds": 0.5}]})
+    assert figures.windows[0].copy_seconds == 0.0
+    assert figures.copy_fraction == 0.0
+    assert figures.wait_fraction == pytest.approx(0.25)
+
+
+def test_the_copy_share_is_recorded_beside_the_wait_share() -> None:
+    window = Window(
+        index=0, seconds=2.0, samples=64, fresh=64, steps=2, wait_seconds=0.5, copy_seconds=0.2
+    )
+    data = Figures(windows=(window,)).to_dict()
+    assert data["copy_fraction"] == pytest.approx(0.1)
+    assert data["wait_fraction"] == pytest.approx(0.25)
+    assert Figures.from_dict(data).windows == (window,)

@@ -16,7 +16,7 @@ The only collectives added to training are one small all-gather per window
 edge, on a gloo group (so NCCL runs need no device sync for them).
 
 A window's figures: samples of all ranks summed, the slowest rank's seconds,
-the ranks' mean time waiting for data.
+the ranks' mean time waiting for data and copying it to the device.
 """
 
 from __future__ import annotations
@@ -305,8 +305,8 @@ class AgreedPace:
 
     def close(self, index: int, tally: Tally, seconds: float) -> bool:
         halted = float(self.halt.is_set())
-        values = [seconds, tally.samples, tally.fresh, tally.wait_seconds, halted]
-        rows = _gather(values, self.group)
+        values = [seconds, tally.samples, tally.fresh, tally.wait_seconds, tally.copy_seconds]
+        rows = _gather([*values, halted], self.group)
         window = Window(
             index=index,
             seconds=max(row[0] for row in rows),
@@ -314,11 +314,12 @@ class AgreedPace:
             fresh=int(sum(row[2] for row in rows)),
             steps=tally.steps,
             wait_seconds=sum(row[3] for row in rows) / len(rows),
+            copy_seconds=sum(row[4] for row in rows) / len(rows),
         )
         if self.rank == 0:
             self.link.send(("window", window))
         self.per_window = _aim(self.request.window_seconds, self.per_window, window.seconds)
-        return not any(row[4] for row in rows)
+        return not any(row[5] for row in rows)
 
 
 def _aim(window_seconds: float, steps: int, seconds: float) -> int:

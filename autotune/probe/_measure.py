@@ -43,6 +43,7 @@ class Tally:
 
     began: float
     wait_seconds: float = 0.0
+    copy_seconds: float = 0.0
     samples: int = 0
     fresh: int = 0
     steps: int = 0
@@ -64,6 +65,7 @@ class Tally:
             fresh=self.fresh,
             steps=self.steps,
             wait_seconds=self.wait_seconds,
+            copy_seconds=self.copy_seconds,
         )
 
 
