@@ -4,13 +4,22 @@ from its sampler."""
 
 from __future__ import annotations
 
+import threading
+import time
 import types
 
 import pytest
 import torch
 
 from autotune.probe import Figures, Window
-from autotune.probe._timing import synchronize
+from autotune.probe._measure import SoloPace, measure
+from autotune.probe._timing import (
+    EventCopyTimer,
+    HostCopyTimer,
+    SyncedCopyTimer,
+    copy_timer,
+    synchronize,
+)
 
 
 class FakeAccelerator(types.SimpleNamespace):
@@ -72,3 +81,140 @@ def test_the_copy_share_is_recorded_beside_the_wait_share() -> None:
     assert data["copy_fraction"] == pytest.approx(0.1)
     assert data["wait_fraction"] == pytest.approx(0.25)
     assert Figures.from_dict(data).windows == (window,)
+
+
+# --------------------------------------------------------------------- the loop's split
+WINDOWS = 2
+
+
+def measured(device: torch.device, *, next_batch, copy, work, timer=None) -> Figures:
+    """The figures of :func:`measure` driven directly: 2 windows of 0.3 s."""
+    events: list[tuple[str, object]] = []
+    pace = SoloPace(
+        warmup_seconds=0.05, window_seconds=0.3, send=events.append, stop=threading.Event()
+    )
+    measure(
+        pace,
+        next_batch=next_batch,
+        copy=copy,
+        work=work,
+        echo=1,
+        max_windows=WINDOWS,
+        default_n=4,
+        device=device,
+        timer=timer,
+    )
+    windows = tuple(payload for kind, payload in events if kind == "window")
+    assert len(windows) == WINDOWS
+    return Figures(windows=windows)
+
+
+def sleeping(seconds: float):
+    def sleep(batch: object = None) -> object:
+        time.sleep(seconds)
+        return batch if batch is not None else torch.zeros(4, 2)
+
+    return sleep
+
+
+def test_the_wait_and_the_copy_are_timed_apart() -> None:
+    # 20 ms blocked on the loader, 10 ms copying, 30 ms training: shares 1/3 and 1/6.
+    figures = measured(
+        torch.device("cpu"), next_batch=sleeping(0.02), copy=sleeping(0.01), work=sleeping(0.03)
+    )
+    # Relative checks: on a busy machine every sleep oversleeps by about the same.
+    assert 0.2 < figures.wait_fraction < 0.45
+    assert 0.08 < figures.copy_fraction < 0.28
+    assert 1.3 < figures.wait_fraction / figures.copy_fraction < 3.0
+    assert figures.wait_fraction + figures.copy_fraction < 0.7  # the rest is training
+
+
+class StandInDevice(types.SimpleNamespace):
+    """An accelerator on a timeline of its own, as a GPU runs: training steps are queued
+    and return at once; a copy from pageable memory holds the host until the queued
+    steps are done, then copies. Its events are stamped when the device reaches them."""
+
+    def __init__(self) -> None:
+        super().__init__(free_at=0.0, syncs=0)
+
+    def launch(self, seconds: float) -> None:
+        self.free_at = max(time.perf_counter(), self.free_at) + seconds
+
+    def drain(self) -> None:
+        delay = self.free_at - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+
+    def synchronize(self, *args: object) -> None:
+        self.syncs += 1
+        self.drain()
+
+    def pageable_copy(self, seconds: float) -> None:
+        self.drain()
+        time.sleep(seconds)
+        self.free_at = time.perf_counter()
+
+    def event(self) -> StandInEvent:
+        return StandInEvent(self)
+
+
+class StandInEvent:
+    def __init__(self, device: StandInDevice) -> None:
+        self.device = device
+        self.at = 0.0
+
+    def record(self, stream: object = None) -> None:
+        self.at = max(time.perf_counter(), self.device.free_at)
+
+    def elapsed_time(self, end: StandInEvent) -> float:
+        return (end.at - self.at) * 1000.0
+
+
+@pytest.mark.parametrize("clock", ["events", "synchronize"])
+def test_a_slow_copy_and_a_slow_device_are_split_right(monkeypatch, clock) -> None:
+    # Each step: 20 ms blocked on the loader while the device runs the last step's 30 ms;
+    # the copy then holds the host 10 ms more until the device is free, and copies for
+    # 10 ms. 40 ms a step: waiting 50%, copying 25%. Timing the host around loader and
+    # copy together, as the loop once did, would call it all (100%) waiting for data.
+    device = StandInDevice()
+    monkeypatch.setattr(torch, "hpu", device, raising=False)
+    timer = EventCopyTimer(device.event, stream=None) if clock == "events" else None
+
+    def copy(batch: object) -> object:
+        device.pageable_copy(0.01)
+        return batch
+
+    figures = measured(
+        torch.device("hpu"),
+        next_batch=sleeping(0.02),
+        copy=copy,
+        work=lambda batch: device.launch(0.03),
+        timer=timer,
+    )
+    assert 0.35 < figures.wait_fraction < 0.65
+    assert 0.15 < figures.copy_fraction < 0.35
+    assert 1.4 < figures.wait_fraction / figures.copy_fraction < 3.0
+    steps = sum(w.steps for w in figures.windows)
+    if clock == "events":
+        # The device is synchronised at the warm-up's end and at each window's end only.
+        assert device.syncs == 1 + WINDOWS
+    else:
+        assert device.syncs >= 1 + WINDOWS + 2 * steps
+
+
+def test_the_copy_timer_follows_the_device(monkeypatch) -> None:
+    monkeypatch.setattr(torch.cuda, "Event", lambda enable_timing: object())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: "stream")
+    cuda = copy_timer(torch.device("cuda"))
+    assert isinstance(cuda, EventCopyTimer) and cuda.stream == "stream"
+    monkeypatch.setattr(torch, "mps", FakeAccelerator())
+    assert isinstance(copy_timer(torch.device("mps")), SyncedCopyTimer)
+    assert type(copy_timer(torch.device("cpu"))) is HostCopyTimer
+
+
+def test_event_times_are_read_once_and_in_seconds() -> None:
+    device = StandInDevice()
+    timer = EventCopyTimer(device.event, stream=None)
+    assert timer.copy(sleeping(0.01), "batch") == "batch"
+    assert 0.009 < timer.take() < 0.5
+    assert timer.take() == 0.0

@@ -123,10 +123,16 @@ def _run(request: ProbeRequest, send: Send, stop: threading.Event) -> None:
         stop=stop,
     )
 
-    def run(fetch: Callable[[], Any], work: Callable[[Any], None], echo: int) -> None:
+    def run(
+        next_batch: Callable[[], Any],
+        copy: Callable[[Any], Any],
+        work: Callable[[Any], None],
+        echo: int,
+    ) -> None:
         measure(
             pace,
-            fetch=fetch,
+            next_batch=next_batch,
+            copy=copy,
             work=work,
             echo=echo,
             max_windows=request.max_windows,
@@ -134,8 +140,11 @@ def _run(request: ProbeRequest, send: Send, stop: threading.Event) -> None:
             device=device,
         )
 
+    def to_this_device(batch: Any) -> Any:
+        return to_device(batch, device, non_blocking)
+
     if request.mode == "data":
-        run(lambda: to_device(stream.next(), device, non_blocking), lambda batch: None, 1)
+        run(stream.next, to_this_device, lambda batch: None, 1)
         return
     trainer = Trainer(workload, make_model(workload, device), device, settings.amp)
     if request.mode == "check":
@@ -145,9 +154,10 @@ def _run(request: ProbeRequest, send: Send, stop: threading.Event) -> None:
         held = hold_batches(lambda: to_device(stream.next(), device, False))
         stream.close()
         cycle = iter(_forever(held))
-        run(lambda: next(cycle), trainer.step, 1)
+        # The held batches are on the device already: nothing to copy.
+        run(lambda: next(cycle), lambda batch: batch, trainer.step, 1)
         return
-    run(lambda: to_device(stream.next(), device, non_blocking), trainer.step, settings.echo)
+    run(stream.next, to_this_device, trainer.step, settings.echo)
 
 
 def _stream(request: ProbeRequest, workload: Workload, dataset: Any) -> BatchStream:

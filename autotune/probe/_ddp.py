@@ -235,7 +235,8 @@ def _train(request: ProbeRequest, rank: int, link: Connection, halt: Any) -> Non
     non_blocking = settings.pin_memory and device.type == "cuda"
     measure(
         AgreedPace(request, rank, link, halt, control, device),
-        fetch=lambda: to_device(stream.next(), device, non_blocking),
+        next_batch=stream.next,
+        copy=lambda batch: to_device(batch, device, non_blocking),
         work=trainer.step,
         echo=settings.echo,
         max_windows=request.max_windows,
