@@ -4,14 +4,20 @@ from its sampler."""
 
 from __future__ import annotations
 
+import dataclasses
+import pickle
 import threading
 import time
 import types
 
 import pytest
 import torch
+import workloads
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
 
-from autotune.probe import Figures, Window
+from autotune.probe import Figures, ProbeRequest, Window, WorkloadSource, run_probe
+from autotune.probe._build import BatchStream, sampler_counts
 from autotune.probe._measure import SoloPace, measure
 from autotune.probe._timing import (
     EventCopyTimer,
@@ -20,6 +26,9 @@ from autotune.probe._timing import (
     copy_timer,
     synchronize,
 )
+from autotune.probe._train import batch_length
+from autotune.settings._settings import Settings
+from autotune.workload._workload import Workload
 
 
 class FakeAccelerator(types.SimpleNamespace):
@@ -100,7 +109,6 @@ def measured(device: torch.device, *, next_batch, copy, work, timer=None) -> Fig
         work=work,
         echo=1,
         max_windows=WINDOWS,
-        default_n=4,
         device=device,
         timer=timer,
     )
@@ -110,23 +118,35 @@ def measured(device: torch.device, *, next_batch, copy, work, timer=None) -> Fig
 
 
 def sleeping(seconds: float):
-    def sleep(batch: object = None) -> object:
+    def sleep(batch: object) -> object:
         time.sleep(seconds)
-        return batch if batch is not None else torch.zeros(4, 2)
+        return batch
 
     return sleep
+
+
+def loading(seconds: float):
+    """A loader blocking ``seconds`` a batch, of 4 samples (a (2, 4) tensor: the count
+    comes with the batch, not from its tensors)."""
+
+    def load() -> tuple[torch.Tensor, int]:
+        time.sleep(seconds)
+        return torch.zeros(2, 4), 4
+
+    return load
 
 
 def test_the_wait_and_the_copy_are_timed_apart() -> None:
     # 20 ms blocked on the loader, 10 ms copying, 30 ms training: shares 1/3 and 1/6.
     figures = measured(
-        torch.device("cpu"), next_batch=sleeping(0.02), copy=sleeping(0.01), work=sleeping(0.03)
+        torch.device("cpu"), next_batch=loading(0.02), copy=sleeping(0.01), work=sleeping(0.03)
     )
     # Relative checks: on a busy machine every sleep oversleeps by about the same.
     assert 0.2 < figures.wait_fraction < 0.45
     assert 0.08 < figures.copy_fraction < 0.28
     assert 1.3 < figures.wait_fraction / figures.copy_fraction < 3.0
     assert figures.wait_fraction + figures.copy_fraction < 0.7  # the rest is training
+    assert all(w.samples == 4 * w.steps for w in figures.windows)
 
 
 class StandInDevice(types.SimpleNamespace):
@@ -186,7 +206,7 @@ def test_a_slow_copy_and_a_slow_device_are_split_right(monkeypatch, clock) -> No
 
     figures = measured(
         torch.device("hpu"),
-        next_batch=sleeping(0.02),
+        next_batch=loading(0.02),
         copy=copy,
         work=lambda batch: device.launch(0.03),
         timer=timer,
@@ -218,3 +238,74 @@ def test_event_times_are_read_once_and_in_seconds() -> None:
     assert timer.copy(sleeping(0.01), "batch") == "batch"
     assert 0.009 < timer.take() < 0.5
     assert timer.take() == 0.0
+
+
+# --------------------------------------------------------------------- counting samples
+def test_a_batch_whose_first_tensor_is_not_batch_major_is_guessed_by_its_shared_dimension() -> None:
+    # (sequence 128, batch 4) first, then the targets (batch 4): 4 samples, not 128.
+    assert batch_length((torch.zeros(128, 4, 16), torch.zeros(4, dtype=torch.long))) == 4
+    assert batch_length({"ids": torch.zeros(8, 128), "mask": torch.zeros(8, 128)}) == 8
+    assert batch_length([torch.zeros(32, 3, 64, 64), torch.zeros(32)]) == 32
+    assert batch_length([torch.zeros(5, 7), torch.zeros(3)]) == 5  # nothing shared: leading
+    assert batch_length(torch.tensor(1.0)) == 1
+    assert batch_length({"name": "x"}) is None
+
+
+def counted(stream: BatchStream, batches: int) -> list[int]:
+    return [stream.next()[1] for _ in range(batches)]
+
+
+@pytest.mark.parametrize(("drop_last", "expected"), [(False, [4, 4, 2] * 2), (True, [4, 4] * 3)])
+def test_samples_are_counted_from_the_sampler_across_epochs(drop_last, expected) -> None:
+    # Each batch is one (features, batch) tensor: its leading dimension is always 8.
+    loader = DataLoader(
+        workloads.SleepyDataset(length=10),
+        batch_size=4,
+        shuffle=True,
+        drop_last=drop_last,
+        collate_fn=workloads.sequence_first,
+    )
+    stream = BatchStream(loader, "loading", counts=sampler_counts(loader), default_n=99)
+    assert counted(stream, len(expected)) == expected
+    stream.close()  # an epoch cut short: the next one counts from its start
+    assert counted(stream, 2) == [4, 4]
+
+
+def test_a_distributed_sampler_counts_this_ranks_share() -> None:
+    dataset = workloads.SleepyDataset(length=10)
+    sampler = DistributedSampler(dataset, num_replicas=2, rank=1)
+    loader = DataLoader(dataset, batch_size=4, sampler=sampler)
+    stream = BatchStream(loader, "loading", counts=sampler_counts(loader))
+    assert counted(stream, 4) == [4, 1, 4, 1]
+
+
+def test_an_iterable_dataset_has_no_sampler_to_count_and_is_guessed() -> None:
+    loader = DataLoader(workloads.SleepyStream(length=6), batch_size=4)
+    assert sampler_counts(loader) is None
+    stream = BatchStream(loader, "loading", counts=None, default_n=99)
+    assert counted(stream, 3) == [4, 2, 4]
+
+
+def test_a_probe_counts_the_samples_of_batches_that_are_not_batch_major() -> None:
+    workload = Workload(
+        dataset=workloads.SleepyDataset(length=64),
+        model=workloads.SequenceFirstModel,
+        collate_fn=workloads.sequence_first,
+        batch_size=4,
+    )
+    request = ProbeRequest(
+        source=WorkloadSource(pickled=pickle.dumps(workload)),
+        settings=Settings(batch_size=4),
+        device="cpu",
+        window_seconds=0.1,
+        max_windows=2,
+        warmup_seconds=0.05,
+        stall_timeout=20.0,
+    )
+    result = run_probe(request)
+    assert result.ok, result.failure
+    # Guessed from the tensor, each batch would count 8 (FEATURES), not its 4 samples.
+    assert all(w.samples == 4 * w.steps for w in result.figures.windows)
+    check = run_probe(dataclasses.replace(request, mode="check"))
+    assert check.ok, check.failure
+    assert check.info["batch_samples"] == 4

@@ -352,3 +352,21 @@ class InstantDataset(Dataset):
 
 def instant_dataset() -> Dataset:
     return InstantDataset()
+
+
+def sequence_first(items: list) -> torch.Tensor:
+    """Collates items into one ``(features, batch)`` tensor: not batch-major, as a
+    sequence model's ``(sequence, batch)`` batch is. Its leading dimension is FEATURES
+    whatever the batch size."""
+    return torch.stack([inputs for inputs, _target in items], dim=1)
+
+
+class SequenceFirstModel(nn.Module):
+    """A linear model over ``(features, batch)`` batches (see sequence_first)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(FEATURES, CLASSES)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        return self.linear(inputs.T)

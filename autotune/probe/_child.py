@@ -39,6 +39,7 @@ from autotune.probe._build import (
     make_model,
     materialize,
     placement,
+    sampler_counts,
     seed,
 )
 from autotune.probe._ddp import run_ranks
@@ -50,7 +51,6 @@ from autotune.probe._train import (
     PieceError,
     Trainer,
     batch_bytes,
-    batch_length,
     describe_batch,
     to_device,
 )
@@ -124,7 +124,7 @@ def _run(request: ProbeRequest, send: Send, stop: threading.Event) -> None:
     )
 
     def run(
-        next_batch: Callable[[], Any],
+        next_batch: Callable[[], tuple[Any, int]],
         copy: Callable[[Any], Any],
         work: Callable[[Any], None],
         echo: int,
@@ -136,7 +136,6 @@ def _run(request: ProbeRequest, send: Send, stop: threading.Event) -> None:
             work=work,
             echo=echo,
             max_windows=request.max_windows,
-            default_n=settings.batch_size,
             device=device,
         )
 
@@ -151,7 +150,7 @@ def _run(request: ProbeRequest, send: Send, stop: threading.Event) -> None:
         _check(workload, dataset, trainer, stream, device, send)
         return
     if request.mode == "compute":
-        held = hold_batches(lambda: to_device(stream.next(), device, False))
+        held = hold_batches(lambda: _moved(stream.next(), device))
         stream.close()
         cycle = iter(_forever(held))
         # The held batches are on the device already: nothing to copy.
@@ -172,7 +171,18 @@ def _stream(request: ProbeRequest, workload: Workload, dataset: Any) -> BatchStr
         # (not prefetching) before the model is measured.
         loading = dataclasses.replace(loading, persistent_workers=False)
     loader = build_loader(dataset, loading.dataloader_kwargs(), seed=request.seed, **overrides)
-    return BatchStream(loader, loading_piece(workload))
+    return BatchStream(
+        loader,
+        loading_piece(workload),
+        counts=sampler_counts(loader),
+        default_n=loading.batch_size,
+    )
+
+
+def _moved(counted: tuple[Any, int], device: torch.device) -> tuple[Any, int]:
+    """A batch and its samples, the batch moved to ``device``."""
+    batch, samples = counted
+    return to_device(batch, device, False), samples
 
 
 def hold_batches(
@@ -202,7 +212,7 @@ def _check(
     send: Send,
 ) -> None:
     start = time.perf_counter()
-    batch = stream.next()
+    batch, samples = stream.next()
     loaded = time.perf_counter()
     trainer.step(to_device(batch, device, False))
     synchronize(device)
@@ -224,7 +234,7 @@ def _check(
                 "parameters": sum(p.numel() for p in trainer.model.parameters()),
                 "batch": describe_batch(batch),
                 "batch_bytes": batch_bytes(batch),
-                "batch_samples": batch_length(batch),
+                "batch_samples": samples,
                 "first_batch_s": loaded - start,
                 "first_step_s": stepped - loaded,
                 "buffers": sum(b.numel() for b in trainer.model.buffers()),

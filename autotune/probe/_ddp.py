@@ -44,6 +44,7 @@ from autotune.probe._build import (
     make_model,
     materialize,
     placement,
+    sampler_counts,
     seed,
 )
 from autotune.probe._failure import ReportedFailure, classify, describe_exit
@@ -224,7 +225,12 @@ def _train(request: ProbeRequest, rank: int, link: Connection, halt: Any) -> Non
     if workload.collate_fn is not None:
         overrides["collate_fn"] = workload.collate_fn
     loader = build_loader(dataset, settings.dataloader_kwargs(), **overrides)
-    stream = BatchStream(_EpochLoader(loader, sampler), loading_piece(workload))
+    stream = BatchStream(
+        _EpochLoader(loader, sampler),
+        loading_piece(workload),
+        counts=sampler_counts(loader),
+        default_n=settings.batch_size,
+    )
     model = make_model(workload, device)
     ddp_model = DistributedDataParallel(
         model,
@@ -240,7 +246,6 @@ def _train(request: ProbeRequest, rank: int, link: Connection, halt: Any) -> Non
         work=trainer.step,
         echo=settings.echo,
         max_windows=request.max_windows,
-        default_n=settings.batch_size,
         device=device,
     )
 

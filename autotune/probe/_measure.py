@@ -23,7 +23,6 @@ import torch
 
 from autotune.probe._protocol import Window
 from autotune.probe._timing import CopyTimer, copy_timer, synchronize
-from autotune.probe._train import batch_length
 
 Send = Callable[[tuple[str, Any]], None]
 """Sends one event of the probe protocol (see :mod:`autotune.probe._child`)."""
@@ -132,9 +131,9 @@ class Steps:
     """What one step of the loop does: a batch from the loader, its copy to the device,
     then ``echo`` training steps on it; each timed apart in a window."""
 
-    next_batch: Callable[[], Any]
-    """The next batch from the loader, on the host (the time blocked here is waiting
-    for data)."""
+    next_batch: Callable[[], tuple[Any, int]]
+    """The next batch from the loader, on the host, and its samples (the time blocked
+    here is waiting for data)."""
     copy: Callable[[Any], Any]
     """The batch on the device (timed by ``timer``)."""
     work: Callable[[Any], None]
@@ -146,28 +145,28 @@ class Steps:
 
     def fetch(self) -> Any:
         """The next batch on the device, untimed (start-up and warm-up)."""
-        return self.copy(self.next_batch())
+        batch, _samples = self.next_batch()
+        return self.copy(batch)
 
-    def measured(self, tally: Tally, default_n: int) -> None:
+    def measured(self, tally: Tally) -> None:
         """One batch fetched, copied and trained on, counted in ``tally``."""
         began = time.perf_counter()
-        batch = self.next_batch()
+        batch, samples = self.next_batch()
         waited = time.perf_counter() - began
         batch = self.timer.copy(self.copy, batch)
         for _ in range(self.echo):
             self.work(batch)
-        tally.add(batch_length(batch) or default_n, self.echo, waited)
+        tally.add(samples, self.echo, waited)
 
 
 def measure(
     pace: Pace,
     *,
-    next_batch: Callable[[], Any],
+    next_batch: Callable[[], tuple[Any, int]],
     copy: Callable[[Any], Any],
     work: Callable[[Any], None],
     echo: int,
     max_windows: int,
-    default_n: int,
     device: torch.device,
     timer: CopyTimer | None = None,
 ) -> None:
@@ -192,12 +191,12 @@ def measure(
 
     Args:
         pace: when the warm-up and each window end, and where the figures go.
-        next_batch: the next batch from the loader, on the host.
+        next_batch: the next batch from the loader, on the host, and its samples (counted
+            from the loader's sampler: see :class:`autotune.probe._build.BatchStream`).
         copy: a batch moved to the device.
         work: one training step on a batch on the device.
         echo: times each batch is trained on (data echoing).
         max_windows: windows to measure unless stopped.
-        default_n: samples in a batch whose length cannot be read from its tensors.
         device: synchronised at the warm-up's end and at every window edge.
         timer: times the copies; by default :func:`copy_timer` of ``device``.
     """
@@ -220,7 +219,7 @@ def measure(
             return
         tally = Tally(began=clock())
         while True:
-            steps.measured(tally, default_n)
+            steps.measured(tally)
             if pace.stopped():
                 return
             if pace.window_full(tally, clock() - tally.began):
