@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from autotune import Machine, Measurement, SearchResult, Settings, diagnose
-from autotune.decide._diagnosis import Searched, diagnose_config
+from autotune.decide._diagnosis import (
+    COPY_MATTERS,
+    DATA_BOUND,
+    Diagnosis,
+    Searched,
+    diagnose_config,
+)
 from autotune.probe import Figures, Window
 
 FOUR_WORKERS = Settings(batch_size=32, num_workers=4, prefetch_factor=2, persistent_workers=True)
@@ -284,3 +290,78 @@ def test_searched_reads_the_space_the_study_records() -> None:
     assert Searched.from_space(space) == Searched(max_workers=8, max_echo=1)
     assert Searched.from_space({"num_workers": {"choices": [0, 2, 4]}}).max_workers == 4
     assert Searched.from_space({}) == Searched()
+
+
+def copying(settings: Settings, copy: float, wait: float = 0.02) -> Measurement:
+    """A config training 1,000 samples/s, copying to the device ``copy`` of each second."""
+    windows = tuple(
+        Window(
+            index=i,
+            seconds=1.0,
+            samples=1000,
+            fresh=1000,
+            steps=31,
+            wait_seconds=wait,
+            copy_seconds=copy,
+        )
+        for i in range(3)
+    )
+    return Measurement(settings=settings, figures=Figures(windows=windows, startup_s=0.1))
+
+
+PINNED = Settings(batch_size=32, num_workers=4, prefetch_factor=2, pin_memory=True)
+COPY_ABOVE = COPY_MATTERS + 0.07
+COPY_BELOW = COPY_MATTERS - 0.01
+
+
+def copy_lines(diagnosis: Diagnosis) -> list[str]:
+    return [a for a in diagnosis.advice if a.startswith("host-to-device copy")]
+
+
+def test_a_copy_that_matters_on_a_gpu_suggests_pinned_memory() -> None:
+    diagnosis = diagnose_config("best", copying(FOUR_WORKERS, COPY_ABOVE), device="cuda:0")
+    assert diagnosis.copy_share == pytest.approx(COPY_ABOVE)
+    # The copy is not waiting for data: the config stays compute-bound.
+    assert diagnosis.verdict == "compute-bound"
+    assert copy_lines(diagnosis) == [
+        "host-to-device copy: 12% of each step; pin_memory would overlap it: with "
+        "pin_memory=True batches copy asynchronously, and faster."
+    ]
+
+
+def test_a_copy_below_the_threshold_gets_no_line() -> None:
+    diagnosis = diagnose_config("best", copying(FOUR_WORKERS, COPY_BELOW), device="cuda")
+    assert copy_lines(diagnosis) == []
+
+
+@pytest.mark.parametrize(
+    ("settings", "device"),
+    [(PINNED, "cuda"), (FOUR_WORKERS, "cpu"), (FOUR_WORKERS, None)],
+)
+def test_pinned_memory_is_suggested_only_unpinned_on_an_accelerator(settings, device) -> None:
+    diagnosis = diagnose_config("best", copying(settings, COPY_ABOVE), device=device)
+    (line,) = copy_lines(diagnosis)
+    assert "pin_memory" not in line
+    assert line.endswith("smaller samples (uint8, normalised on the device) would shorten it.")
+
+
+def test_waiting_in_the_copy_is_not_waiting_for_data() -> None:
+    # Blocked in next() 10% of each step, copying 40%: not data-bound.
+    diagnosis = diagnose_config("best", copying(FOUR_WORKERS, 0.4, wait=0.1), device="cuda")
+    assert diagnosis.wait_share == pytest.approx(0.1)
+    assert diagnosis.wait_share < DATA_BOUND
+    assert diagnosis.verdict == "compute-bound"
+    above = diagnose_config("best", copying(FOUR_WORKERS, 0.0, wait=DATA_BOUND + 0.05))
+    assert above.verdict == "data-bound"
+
+
+def test_the_device_of_a_result_reaches_its_diagnoses() -> None:
+    machine = Machine(cpus=2, cpu_model="x", memory_bytes=2**30, shm_bytes=None, accelerator="cuda")
+    result = SearchResult(
+        settings=FOUR_WORKERS,
+        figures=copying(FOUR_WORKERS, COPY_ABOVE).figures,
+        device="cuda:0",
+        machine=machine,
+    )
+    (best,) = diagnose(result)
+    assert any("pin_memory=True" in line for line in copy_lines(best))

@@ -352,3 +352,58 @@ class InstantDataset(Dataset):
 
 def instant_dataset() -> Dataset:
     return InstantDataset()
+
+
+def sequence_first(items: list) -> torch.Tensor:
+    """Collates items into one ``(features, batch)`` tensor: not batch-major, as a
+    sequence model's ``(sequence, batch)`` batch is. Its leading dimension is FEATURES
+    whatever the batch size."""
+    return torch.stack([inputs for inputs, _target in items], dim=1)
+
+
+class SequenceFirstModel(nn.Module):
+    """A linear model over ``(features, batch)`` batches (see sequence_first)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(FEATURES, CLASSES)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        return self.linear(inputs.T)
+
+
+class ImageLikeDataset(Dataset):
+    """Items of one fixed ``(3, size, size)`` float image and a label: large batches to
+    copy to a device, next to nothing to read (for the GPU tests)."""
+
+    def __init__(self, length: int = 2048, size: int = 224) -> None:
+        self.length = length
+        self.image = torch.rand(3, size, size, generator=torch.Generator().manual_seed(0))
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        return self.image, index % CLASSES
+
+
+def image_linear_model(size: int = 224) -> nn.Module:
+    """A linear model over flattened ``(3, size, size)`` images: little compute."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(3 * size * size, CLASSES))
+
+
+class WideFeaturesDataset(InstantDataset):
+    """Items of ``width`` features made in advance (for the GPU tests' wide models)."""
+
+    def __init__(self, length: int = 4096, width: int = 1024) -> None:
+        generator = torch.Generator().manual_seed(0)
+        self.inputs = torch.randn(length, width, generator=generator)
+        self.targets = torch.arange(length) % CLASSES
+
+
+def wide_model(width: int = 1024, depth: int = 4) -> nn.Module:
+    """Square layers of ``width``: a step whose device compute outweighs its loading."""
+    layers: list[nn.Module] = []
+    for _ in range(depth):
+        layers += [nn.Linear(width, width), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Linear(width, CLASSES))

@@ -27,7 +27,10 @@ from autotune.settings._settings import Settings
 Verdict = Literal["data-bound", "compute-bound"]
 
 DATA_BOUND = 0.15
-"""Waiting for data longer than this share of each step makes a config data-bound."""
+"""Waiting for data (blocked in ``next()`` on the loader, the copy to the device apart)
+longer than this share of each step makes a config data-bound."""
+COPY_MATTERS = 0.05
+"""A copy to the device taking more than this share of each step gets a line of its own."""
 NEAR = 0.9
 """Within this fraction of a ceiling counts as at the ceiling."""
 CONTENTION = 0.8
@@ -95,7 +98,9 @@ class Diagnosis:
     measurement: Measurement
     verdict: Verdict
     wait_share: float
-    """Share of each step's time spent waiting for data (and its copy to the device)."""
+    """Share of each step's time spent waiting for data: blocked in ``next()`` on the loader."""
+    copy_share: float = 0.0
+    """Share of each step's time spent copying batches to the device."""
     compute_ceiling: float | None
     """samples/s of the model on batches in memory, at this config's batch size, AMP, threads."""
     data_ceiling: float | None
@@ -163,6 +168,7 @@ def diagnose_config(
     cpus: int | None = None,
     best_loader: Measurement | None = None,
     searched: Searched | None = None,
+    device: str | None = None,
 ) -> Diagnosis:
     """The diagnosis of one measured config.
 
@@ -176,6 +182,8 @@ def diagnose_config(
         best_loader: the loader-alone probe of the search that delivered the most
             (before echo): the loader is judged by it, not by one worker count.
         searched: what the search's space covered (advice never suggests it again).
+        device: the device it trained on ("cpu", "cuda:0"...): pinned memory helps only
+            the copy to an accelerator.
     """
     settings = measurement.settings
     figures = measurement.figures
@@ -221,11 +229,13 @@ def diagnose_config(
         best_workers=best_workers,
     )
     advice = _advice(measurement, verdict, compute_rate, loader, cpus, searched or Searched())
+    advice += _copy(settings, figures.copy_fraction, device)
     return Diagnosis(
         subject=subject,
         measurement=measurement,
         verdict=verdict,
         wait_share=wait,
+        copy_share=figures.copy_fraction,
         compute_ceiling=compute_rate,
         data_ceiling=data_rate,
         loader_limit=limit_rate,
@@ -294,6 +304,21 @@ def _advice(
             "figures as approximate; a longer window_seconds steadies them."
         )
     return advice
+
+
+def _copy(settings: Settings, share: float, device: str | None) -> list[str]:
+    """A line on the copy to the device, when it takes a share of each step that matters."""
+    if share <= COPY_MATTERS:
+        return []
+    line = f"host-to-device copy: {share:.0%} of each step; "
+    accelerator = device is not None and device.split(":")[0] != "cpu"
+    if accelerator and not settings.pin_memory:
+        # From pageable memory the copy blocks the host and goes through a staging buffer.
+        return [
+            line + "pin_memory would overlap it: with pin_memory=True batches copy "
+            "asynchronously, and faster."
+        ]
+    return [line + "smaller samples (uint8, normalised on the device) would shorten it."]
 
 
 def _data_bound(
@@ -392,6 +417,7 @@ def diagnose(result: SearchResult) -> list[Diagnosis]:
         cpus=cpus,
         best_loader=best_loader,
         searched=searched,
+        device=result.device,
     )
     diagnoses = [best]
     if result.baseline is not None:
@@ -405,6 +431,7 @@ def diagnose(result: SearchResult) -> list[Diagnosis]:
                 cpus=cpus,
                 best_loader=best_loader,
                 searched=searched,
+                device=result.device,
             )
         )
     return diagnoses

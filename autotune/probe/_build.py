@@ -3,17 +3,20 @@ model, the batches across epochs, the threads; shared by a probe alone and each 
 
 from __future__ import annotations
 
+import itertools
 import os
 import pickle
 import random
+from collections.abc import Iterator, Sized
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
+from torch.utils.data import DataLoader, IterableDataset
 
 from autotune.probe._protocol import WorkloadSource
-from autotune.probe._train import ContractError, PieceError, blame
+from autotune.probe._train import ContractError, PieceError, batch_length, blame
 from autotune.workload._workload import Workload, load_config
 
 
@@ -26,28 +29,85 @@ def materialize(source: WorkloadSource) -> Workload:
     return workload
 
 
-class BatchStream:
-    """Batches from a loader across epochs: a new epoch starts when one ends."""
+class SamplerCounts:
+    """The samples in each batch of a map-style loader's epoch, counted from its sampler:
+    ``batch_size`` indices a batch, and what is left of the sampler's indices in the
+    last one unless ``drop_last``. Counted, not read from the batch's tensors, which
+    need not be batch-major (a ``(sequence, batch)`` tensor first)."""
 
-    def __init__(self, loader: Any, piece: str) -> None:
+    def __init__(self, indices: int, batch_size: int, drop_last: bool) -> None:
+        self.indices = indices
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+
+    def epoch(self) -> Iterator[int]:
+        """The samples of each batch of one epoch, in order."""
+        full, rest = divmod(self.indices, self.batch_size)
+        yield from itertools.repeat(self.batch_size, full)
+        if rest and not self.drop_last:
+            yield rest
+
+
+def sampler_counts(loader: object) -> SamplerCounts | None:
+    """How to count the samples of ``loader``'s batches from its sampler; None where it
+    has none to count (an IterableDataset, no automatic batching, a sampler of no
+    length): its batches' samples are then read from their tensors."""
+    if not isinstance(loader, DataLoader) or isinstance(loader.dataset, IterableDataset):
+        return None
+    if not loader.batch_size or not isinstance(loader.sampler, Sized):
+        return None
+    return SamplerCounts(len(loader.sampler), loader.batch_size, loader.drop_last)
+
+
+class BatchStream:
+    """Batches from a loader across epochs, each with its samples: a new epoch starts
+    when one ends.
+
+    Args:
+        loader: what to iterate (a DataLoader, or a wrapper of one).
+        piece: what a failure while loading is blamed on.
+        counts: the samples of each batch, from the loader's sampler (:func:`sampler_counts`);
+            None: read from each batch's tensors (:func:`batch_length`), else ``default_n``.
+        default_n: the samples of a batch whose tensors do not tell.
+    """
+
+    def __init__(
+        self,
+        loader: Any,
+        piece: str,
+        *,
+        counts: SamplerCounts | None = None,
+        default_n: int = 1,
+    ) -> None:
         self.loader = loader
         self.piece = piece
+        self.counts = counts
+        self.default_n = default_n
         self.iterator: Any = None
+        self.sizes: Iterator[int] = iter(())
         self.epochs = 0
 
-    def next(self) -> Any:
+    def next(self) -> tuple[Any, int]:
+        """The next batch and its samples."""
         with blame(self.piece):
             if self.iterator is None:
-                self.iterator = iter(self.loader)
+                self._begin()
             try:
-                return next(self.iterator)
+                batch = next(self.iterator)
             except StopIteration:
                 self.epochs += 1
-                self.iterator = iter(self.loader)
+                self._begin()
                 try:
-                    return next(self.iterator)
+                    batch = next(self.iterator)
                 except StopIteration:
                     raise ContractError("the dataset yielded no batches") from None
+        counted = next(self.sizes, None)
+        return batch, counted or batch_length(batch) or self.default_n
+
+    def _begin(self) -> None:
+        """A new epoch: a new iterator, and the sampler's counts from its start."""
+        self.iterator = iter(self.loader)
+        self.sizes = self.counts.epoch() if self.counts else iter(())
 
     def close(self) -> None:
         """End the epoch under way: a non-persistent loader's workers exit now."""
@@ -63,7 +123,7 @@ def seed(seed: int) -> None:
 def make_dataset(workload: Workload) -> Any:
     with blame("dataset()"):
         dataset = workload.make_dataset()
-    from torch.utils.data import Dataset, IterableDataset
+    from torch.utils.data import Dataset
 
     map_style = hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")
     if not isinstance(dataset, Dataset | IterableDataset) and not map_style:

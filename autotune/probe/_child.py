@@ -39,19 +39,19 @@ from autotune.probe._build import (
     make_model,
     materialize,
     placement,
+    sampler_counts,
     seed,
 )
 from autotune.probe._ddp import run_ranks
 from autotune.probe._failure import ReportedFailure, classify
 from autotune.probe._measure import Send, SoloPace, measure
 from autotune.probe._protocol import ProbeRequest
+from autotune.probe._timing import synchronize
 from autotune.probe._train import (
     PieceError,
     Trainer,
     batch_bytes,
-    batch_length,
     describe_batch,
-    synchronize,
     to_device,
 )
 from autotune.settings._loader import build_loader, is_iterable_dataset
@@ -123,31 +123,40 @@ def _run(request: ProbeRequest, send: Send, stop: threading.Event) -> None:
         stop=stop,
     )
 
-    def run(fetch: Callable[[], Any], work: Callable[[Any], None], echo: int) -> None:
+    def run(
+        next_batch: Callable[[], tuple[Any, int]],
+        copy: Callable[[Any], Any],
+        work: Callable[[Any], None],
+        echo: int,
+    ) -> None:
         measure(
             pace,
-            fetch=fetch,
+            next_batch=next_batch,
+            copy=copy,
             work=work,
             echo=echo,
             max_windows=request.max_windows,
-            default_n=settings.batch_size,
             device=device,
         )
 
+    def to_this_device(batch: Any) -> Any:
+        return to_device(batch, device, non_blocking)
+
     if request.mode == "data":
-        run(lambda: to_device(stream.next(), device, non_blocking), lambda batch: None, 1)
+        run(stream.next, to_this_device, lambda batch: None, 1)
         return
     trainer = Trainer(workload, make_model(workload, device), device, settings.amp)
     if request.mode == "check":
         _check(workload, dataset, trainer, stream, device, send)
         return
     if request.mode == "compute":
-        held = hold_batches(lambda: to_device(stream.next(), device, False))
+        held = hold_batches(lambda: _moved(stream.next(), device))
         stream.close()
         cycle = iter(_forever(held))
-        run(lambda: next(cycle), trainer.step, 1)
+        # The held batches are on the device already: nothing to copy.
+        run(lambda: next(cycle), lambda batch: batch, trainer.step, 1)
         return
-    run(lambda: to_device(stream.next(), device, non_blocking), trainer.step, settings.echo)
+    run(stream.next, to_this_device, trainer.step, settings.echo)
 
 
 def _stream(request: ProbeRequest, workload: Workload, dataset: Any) -> BatchStream:
@@ -162,7 +171,18 @@ def _stream(request: ProbeRequest, workload: Workload, dataset: Any) -> BatchStr
         # (not prefetching) before the model is measured.
         loading = dataclasses.replace(loading, persistent_workers=False)
     loader = build_loader(dataset, loading.dataloader_kwargs(), seed=request.seed, **overrides)
-    return BatchStream(loader, loading_piece(workload))
+    return BatchStream(
+        loader,
+        loading_piece(workload),
+        counts=sampler_counts(loader),
+        default_n=loading.batch_size,
+    )
+
+
+def _moved(counted: tuple[Any, int], device: torch.device) -> tuple[Any, int]:
+    """A batch and its samples, the batch moved to ``device``."""
+    batch, samples = counted
+    return to_device(batch, device, False), samples
 
 
 def hold_batches(
@@ -192,7 +212,7 @@ def _check(
     send: Send,
 ) -> None:
     start = time.perf_counter()
-    batch = stream.next()
+    batch, samples = stream.next()
     loaded = time.perf_counter()
     trainer.step(to_device(batch, device, False))
     synchronize(device)
@@ -214,7 +234,7 @@ def _check(
                 "parameters": sum(p.numel() for p in trainer.model.parameters()),
                 "batch": describe_batch(batch),
                 "batch_bytes": batch_bytes(batch),
-                "batch_samples": batch_length(batch),
+                "batch_samples": samples,
                 "first_batch_s": loaded - start,
                 "first_step_s": stepped - loaded,
                 "buffers": sum(b.numel() for b in trainer.model.buffers()),

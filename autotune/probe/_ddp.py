@@ -16,7 +16,7 @@ The only collectives added to training are one small all-gather per window
 edge, on a gloo group (so NCCL runs need no device sync for them).
 
 A window's figures: samples of all ranks summed, the slowest rank's seconds,
-the ranks' mean time waiting for data.
+the ranks' mean time waiting for data and copying it to the device.
 """
 
 from __future__ import annotations
@@ -44,12 +44,14 @@ from autotune.probe._build import (
     make_model,
     materialize,
     placement,
+    sampler_counts,
     seed,
 )
 from autotune.probe._failure import ReportedFailure, classify, describe_exit
 from autotune.probe._measure import Send, Tally, Warmth, measure
 from autotune.probe._protocol import DdpSpec, Failure, ProbeRequest, Window
-from autotune.probe._train import PieceError, Trainer, synchronize, to_device
+from autotune.probe._timing import synchronize
+from autotune.probe._train import PieceError, Trainer, to_device
 from autotune.settings._loader import build_loader, is_iterable_dataset
 
 _LOOPBACK = "127.0.0.1"
@@ -223,7 +225,12 @@ def _train(request: ProbeRequest, rank: int, link: Connection, halt: Any) -> Non
     if workload.collate_fn is not None:
         overrides["collate_fn"] = workload.collate_fn
     loader = build_loader(dataset, settings.dataloader_kwargs(), **overrides)
-    stream = BatchStream(_EpochLoader(loader, sampler), loading_piece(workload))
+    stream = BatchStream(
+        _EpochLoader(loader, sampler),
+        loading_piece(workload),
+        counts=sampler_counts(loader),
+        default_n=settings.batch_size,
+    )
     model = make_model(workload, device)
     ddp_model = DistributedDataParallel(
         model,
@@ -234,11 +241,11 @@ def _train(request: ProbeRequest, rank: int, link: Connection, halt: Any) -> Non
     non_blocking = settings.pin_memory and device.type == "cuda"
     measure(
         AgreedPace(request, rank, link, halt, control, device),
-        fetch=lambda: to_device(stream.next(), device, non_blocking),
+        next_batch=stream.next,
+        copy=lambda batch: to_device(batch, device, non_blocking),
         work=trainer.step,
         echo=settings.echo,
         max_windows=request.max_windows,
-        default_n=settings.batch_size,
         device=device,
     )
 
@@ -304,8 +311,8 @@ class AgreedPace:
 
     def close(self, index: int, tally: Tally, seconds: float) -> bool:
         halted = float(self.halt.is_set())
-        values = [seconds, tally.samples, tally.fresh, tally.wait_seconds, halted]
-        rows = _gather(values, self.group)
+        values = [seconds, tally.samples, tally.fresh, tally.wait_seconds, tally.copy_seconds]
+        rows = _gather([*values, halted], self.group)
         window = Window(
             index=index,
             seconds=max(row[0] for row in rows),
@@ -313,11 +320,12 @@ class AgreedPace:
             fresh=int(sum(row[2] for row in rows)),
             steps=tally.steps,
             wait_seconds=sum(row[3] for row in rows) / len(rows),
+            copy_seconds=sum(row[4] for row in rows) / len(rows),
         )
         if self.rank == 0:
             self.link.send(("window", window))
         self.per_window = _aim(self.request.window_seconds, self.per_window, window.seconds)
-        return not any(row[4] for row in rows)
+        return not any(row[5] for row in rows)
 
 
 def _aim(window_seconds: float, steps: int, seconds: float) -> int:

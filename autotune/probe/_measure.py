@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import torch
 
 from autotune.probe._protocol import Window
-from autotune.probe._train import batch_length, synchronize
+from autotune.probe._timing import CopyTimer, copy_timer, synchronize
 
 Send = Callable[[tuple[str, Any]], None]
 """Sends one event of the probe protocol (see :mod:`autotune.probe._child`)."""
@@ -42,6 +42,7 @@ class Tally:
 
     began: float
     wait_seconds: float = 0.0
+    copy_seconds: float = 0.0
     samples: int = 0
     fresh: int = 0
     steps: int = 0
@@ -63,6 +64,7 @@ class Tally:
             fresh=self.fresh,
             steps=self.steps,
             wait_seconds=self.wait_seconds,
+            copy_seconds=self.copy_seconds,
         )
 
 
@@ -124,32 +126,92 @@ class SoloPace:
         return True
 
 
+@dataclasses.dataclass(frozen=True)
+class Steps:
+    """What one step of the loop does: a batch from the loader, its copy to the device,
+    then ``echo`` training steps on it; each timed apart in a window."""
+
+    next_batch: Callable[[], tuple[Any, int]]
+    """The next batch from the loader, on the host, and its samples (the time blocked
+    here is waiting for data)."""
+    copy: Callable[[Any], Any]
+    """The batch on the device (timed by ``timer``)."""
+    work: Callable[[Any], None]
+    """One training step on a batch on the device."""
+    echo: int
+    """Times each batch is trained on (data echoing)."""
+    timer: CopyTimer
+    """Times the copies of a window (see :mod:`autotune.probe._timing`)."""
+
+    def fetch(self) -> Any:
+        """The next batch on the device, untimed (start-up and warm-up)."""
+        batch, _samples = self.next_batch()
+        return self.copy(batch)
+
+    def measured(self, tally: Tally) -> None:
+        """One batch fetched, copied and trained on, counted in ``tally``."""
+        began = time.perf_counter()
+        batch, samples = self.next_batch()
+        waited = time.perf_counter() - began
+        batch = self.timer.copy(self.copy, batch)
+        for _ in range(self.echo):
+            self.work(batch)
+        tally.add(samples, self.echo, waited)
+
+
 def measure(
     pace: Pace,
     *,
-    fetch: Callable[[], Any],
+    next_batch: Callable[[], tuple[Any, int]],
+    copy: Callable[[Any], Any],
     work: Callable[[Any], None],
     echo: int,
     max_windows: int,
-    default_n: int,
     device: torch.device,
+    timer: CopyTimer | None = None,
 ) -> None:
     """Start-up, warm-up, then up to ``max_windows`` windows, each reported as it ends.
 
+    How a window is timed, the same for every AMP mode:
+
+    - its time is wall time between two synchronised edges: the device is synchronised
+      at the warm-up's end and at every window's end, so the device work a window
+      queued is inside it, whether the host ran ahead of the device or not;
+    - no sync is added inside a window for one mode and not another. fp16's GradScaler
+      waits for the device in every step (``scaler.step`` reads its inf check) and
+      bf16 does not; that wait is what fp16 costs in training too, so it stays in the
+      step's time, counted neither as waiting for data nor as copying;
+    - waiting for data is the host's time blocked in ``next_batch`` alone. Where the host
+      runs ahead of the device (bf16, AMP off), part of that wait overlaps queued device
+      work: the device idles at most that share of the window;
+    - the copy to the device is timed apart by ``timer``: CUDA events on CUDA (the
+      copy's own device time, without a sync), a synchronize on either side of it on
+      another accelerator (a sync per step, for every mode alike), the host's clock on
+      the CPU, where it is a no-op.
+
     Args:
         pace: when the warm-up and each window end, and where the figures go.
-        fetch: the next batch, on the device (the time it takes is waiting for data).
-        work: one training step on a batch.
+        next_batch: the next batch from the loader, on the host, and its samples (counted
+            from the loader's sampler: see :class:`autotune.probe._build.BatchStream`).
+        copy: a batch moved to the device.
+        work: one training step on a batch on the device.
         echo: times each batch is trained on (data echoing).
         max_windows: windows to measure unless stopped.
-        default_n: samples in a batch whose length cannot be read from its tensors.
         device: synchronised at the warm-up's end and at every window edge.
+        timer: times the copies; by default :func:`copy_timer` of ``device``.
     """
+    steps = Steps(
+        next_batch=next_batch,
+        copy=copy,
+        work=work,
+        echo=echo,
+        timer=timer or copy_timer(device),
+    )
     clock = time.perf_counter
     start = clock()
-    batch = fetch()
+    batch = steps.fetch()
     pace.ready(clock() - start)
-    if not _warm_up(pace, batch, fetch=fetch, work=work, echo=echo):
+    if not _warm_up(pace, batch, steps):
         return
     synchronize(device)
     for index in range(max_windows):
@@ -157,39 +219,28 @@ def measure(
             return
         tally = Tally(began=clock())
         while True:
-            fetched = clock()
-            batch = fetch()
-            waited = clock() - fetched
-            for _ in range(echo):
-                work(batch)
-            tally.add(batch_length(batch) or default_n, echo, waited)
+            steps.measured(tally)
             if pace.stopped():
                 return
             if pace.window_full(tally, clock() - tally.began):
                 break
         synchronize(device)
+        tally.copy_seconds = steps.timer.take()
         if not pace.close(index, tally, clock() - tally.began):
             return
 
 
-def _warm_up(
-    pace: Pace,
-    batch: Any,
-    *,
-    fetch: Callable[[], Any],
-    work: Callable[[Any], None],
-    echo: int,
-) -> bool:
+def _warm_up(pace: Pace, batch: Any, steps: Steps) -> bool:
     """Train unmeasured rounds of steps until the pace says warm; False when stopped."""
     began = time.perf_counter()
-    steps = 0
+    trained = 0
     while True:
         for _ in range(pace.warm_round()):
-            if steps:
-                batch = fetch()
-            for _ in range(echo):
-                work(batch)
-            steps += 1
-        warmth = pace.warmed(steps, began)
+            if trained:
+                batch = steps.fetch()
+            for _ in range(steps.echo):
+                steps.work(batch)
+            trained += 1
+        warmth = pace.warmed(trained, began)
         if warmth is not Warmth.COLD:
             return warmth is Warmth.WARM

@@ -64,17 +64,31 @@ def to_device(batch: Any, device: torch.device, non_blocking: bool) -> Any:
     return batch
 
 
-def batch_length(batch: Any) -> int | None:
-    """Samples in a batch: the leading dimension of its first tensor."""
+def _tensors(batch: Any) -> Iterator[torch.Tensor]:
+    """The tensors of a (nested) batch, in order."""
     if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() > 0 else 1
+        yield batch
+        return
     values = batch.values() if isinstance(batch, Mapping) else batch
     if isinstance(values, list | tuple) or isinstance(batch, Mapping):
         for value in values:
-            length = batch_length(value)
-            if length is not None:
-                return length
-    return None
+            yield from _tensors(value)
+
+
+def batch_length(batch: Any) -> int | None:
+    """Samples in a batch, guessed from its tensors: for batches no sampler counts (an
+    IterableDataset's). The first tensor's leading dimension may be another axis (a
+    ``(sequence, batch)`` tensor), so the guess is the first of the first tensor's
+    dimensions that every tensor of the batch has; its leading one if none is shared.
+    A batch of scalars is one sample; None where there is no tensor."""
+    shapes = [tensor.shape for tensor in _tensors(batch)]
+    if not shapes:
+        return None
+    shapes = [shape for shape in shapes if len(shape) > 0]
+    if not shapes:
+        return 1
+    shared = set(shapes[0]).intersection(*(set(shape) for shape in shapes[1:]))
+    return int(next((size for size in shapes[0] if size in shared), shapes[0][0]))
 
 
 def describe_batch(batch: Any) -> str:
@@ -205,9 +219,3 @@ class Trainer:
             else:
                 loss.backward()  # type: ignore[no-untyped-call]
                 self.optimizer.step()
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for queued device work, so a window's time is not misread."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
