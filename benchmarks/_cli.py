@@ -52,7 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--workloads",
         default="",
-        help=f"comma-separated subset of {', '.join(w.name for w in WORKLOADS)} (default: all)",
+        help=f"comma-separated subset of {', '.join(w.name for w in WORKLOADS)} (default: "
+        f"{', '.join(w.name for w in find([]))})",
     )
     parser.add_argument("--rounds", type=int, help="interleaved rounds (default 3 quick, 5 full)")
     parser.add_argument(
