@@ -2,10 +2,18 @@
 
     python -m benchmarks [--quick] [--workloads NAME,...] [--rounds N] [--seed N]
                          [--out DIR] [--summary PATH | --no-summary] [--keep-data]
+    python -m benchmarks --agreement [--workloads NAME,...] [--rounds N] [--seconds S]
+                         [--warmup S] [--trials N] [--study-dir DIR] [--seed N]
+                         [--out PATH] [--keep-data]
 
 Progress goes to stderr, one table per workload to stdout; the results are
 written to ``DIR/<date>-<host>.json`` and ``.md``, and the markdown again to
 ``benchmarks/RESULTS.md`` (the page the README links to).
+
+``--agreement`` (or ``agreement`` as the first word) runs the agreement check
+instead (:mod:`benchmarks._agreement`): the probe's figures beside a plain training
+loop's, written to ``PATH`` (a ``.json`` file, or a folder for
+``agreement-<date>.json``).
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import argparse
 import dataclasses
 import datetime
 import importlib.util
+import json
 import platform
 import re
 import socket
@@ -30,7 +39,7 @@ import torch
 
 import autotune
 from autotune.machine._machine import detect_machine
-from benchmarks import _report
+from benchmarks import _agreement, _report
 from benchmarks._run import run_workload
 from benchmarks._workloads import WORKLOADS, BenchWorkload, find, full_profile, quick_profile
 
@@ -52,14 +61,19 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--workloads",
         default="",
-        help=f"comma-separated subset of {', '.join(w.name for w in WORKLOADS)} (default: all)",
+        help=f"comma-separated subset of {', '.join(w.name for w in WORKLOADS)} (default: "
+        f"{', '.join(w.name for w in find([]))})",
     )
     parser.add_argument("--rounds", type=int, help="interleaved rounds (default 3 quick, 5 full)")
     parser.add_argument(
         "--seed", type=int, default=0, help="seeds autotune's sampler and every probe"
     )
     parser.add_argument(
-        "--out", type=Path, default=HERE / "results", help="folder for <date>-<host>.json and .md"
+        "--out",
+        type=Path,
+        default=HERE / "results",
+        help="folder for <date>-<host>.json and .md (--agreement: a .json file, or a folder "
+        "for agreement-<date>.json)",
     )
     summary = parser.add_mutually_exclusive_group()
     summary.add_argument(
@@ -69,7 +83,33 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--keep-data", action="store_true", help="keep the workloads' files for the next run"
     )
+    _agreement_arguments(parser)
     return parser
+
+
+def _agreement_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "agreement",
+        "the probe's figures beside a plain training loop's, for the default loader and "
+        "autotune's choice (also: python -m benchmarks agreement ...); --workloads defaults "
+        "to every workload, --rounds to 5",
+    )
+    group.add_argument(
+        "--agreement", action="store_true", help="run the agreement check instead of the suite"
+    )
+    group.add_argument(
+        "--trials", type=int, help="autotune's exploration trials (default: its own)"
+    )
+    group.add_argument(
+        "--seconds", type=float, help="timed part of one plain-loop measurement (default 1.5)"
+    )
+    group.add_argument("--warmup", type=float, help="untimed training before it (default 0.5)")
+    group.add_argument(
+        "--study-dir", type=Path, help="keep the searches' studies here (default: not kept)"
+    )
+
+
+_AGREEMENT_ONLY = ("trials", "seconds", "warmup", "study_dir")
 
 
 class _Clock:
@@ -85,8 +125,18 @@ class _Clock:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the suite; returns the exit code (1 when a workload failed to run)."""
-    args = _parser().parse_args(argv)
+    """Run the suite (or the agreement check); returns the exit code (1 when a workload
+    failed to run, 2 for wrong arguments)."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == ["agreement"]:
+        words[0] = "--agreement"
+    args = _parser().parse_args(words)
+    problem = _misplaced(args) or _counts_problem(args)
+    if problem:
+        print(f"python -m benchmarks: {problem}", file=sys.stderr)
+        return 2
+    if args.agreement:
+        return _agreement_main(args)
     try:
         workloads = find([n.strip() for n in args.workloads.split(",") if n.strip()])
     except ValueError as error:
@@ -94,11 +144,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     profile = quick_profile() if args.quick else full_profile()
     if args.rounds is not None:
-        if args.rounds < 1:
-            print(
-                f"python -m benchmarks: --rounds is {args.rounds}; expected >= 1.", file=sys.stderr
-            )
-            return 2
         profile = dataclasses.replace(profile, rounds=args.rounds)
 
     machine = detect_machine()
@@ -119,12 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "commit": _git("rev-parse", "HEAD"),
             "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
             "machine": machine.to_dict(),
-            "versions": {
-                "autotune": autotune.__version__,
-                "torch": torch.__version__,
-                "optuna": optuna.__version__,
-                "python": platform.python_version(),
-            },
+            "versions": _versions(),
             "wall_s": time.monotonic() - clock.began,
             "workloads": sections,
         }
@@ -148,6 +188,104 @@ def main(argv: Sequence[str] | None = None) -> int:
     json_path, md_path = write()
     clock.say(f"results: {json_path} and {md_path}" + (f"; {summary}" if summary else ""))
     return 1 if any("error" in s for s in sections) else 0
+
+
+def _misplaced(args: argparse.Namespace) -> str | None:
+    """A flag given to the mode it does not apply to."""
+    if args.agreement and args.quick:
+        return "--quick does not apply to --agreement (use --trials, --rounds, --seconds)."
+    if args.agreement and args.no_summary:
+        return "--no-summary does not apply to --agreement (it writes no summary page)."
+    given = [name for name in _AGREEMENT_ONLY if getattr(args, name) is not None]
+    if given and not args.agreement:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        return f"{flags} apply only with --agreement."
+    return None
+
+
+def _counts_problem(args: argparse.Namespace) -> str | None:
+    """A count or a duration out of range."""
+    for name in ("rounds", "trials"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            return f"--{name} is {value}; expected >= 1."
+    if args.seconds is not None and args.seconds <= 0:
+        return f"--seconds is {args.seconds}; expected > 0."
+    if args.warmup is not None and args.warmup < 0:
+        return f"--warmup is {args.warmup}; expected >= 0."
+    return None
+
+
+def _agreement_main(args: argparse.Namespace) -> int:
+    """The agreement check: search, then the plain loop, per workload."""
+    try:
+        workloads = find([n.strip() for n in args.workloads.split(",") if n.strip()], every=True)
+    except ValueError as error:
+        print(f"python -m benchmarks: {error}", file=sys.stderr)
+        return 2
+    options = _agreement.AgreementOptions(
+        rounds=args.rounds or _agreement.DEFAULT_ROUNDS,
+        seconds=args.seconds if args.seconds is not None else 1.5,
+        warmup=args.warmup if args.warmup is not None else 0.5,
+        trials=args.trials,
+        seed=args.seed,
+        study_dir=args.study_dir,
+    )
+    machine = detect_machine()
+    clock = _Clock()
+    started = datetime.datetime.now()
+    path = (
+        args.out if args.out.suffix == ".json" else args.out / f"agreement-{started:%Y-%m-%d}.json"
+    )
+    results: dict[str, Any] = {
+        "format": FORMAT,
+        "mode": "agreement",
+        "started": started.isoformat(timespec="seconds"),
+        "host": _host(),
+        "commit": _git("rev-parse", "HEAD"),
+        "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "options": {**dataclasses.asdict(options), "study_dir": _text(args.study_dir)},
+        "agreement": _agreement.AGREEMENT,
+        "machine": machine.to_dict(),
+        "versions": _versions(),
+        "workloads": [],
+    }
+    try:
+        for workload in workloads:
+            clock.prefix = f"{workload.name}: "
+            try:
+                section = _agreement.run_workload(workload, options, machine, clock.say)
+            except Exception as error:  # report it, and go on with the other workloads
+                clock.say(f"FAILED: {error}\n{traceback.format_exc()}")
+                section = {"name": workload.name, "error": f"{type(error).__name__}: {error}"}
+            results["workloads"].append(section)
+            results["wall_s"] = time.monotonic() - clock.began
+            print(_agreement.markdown(section), flush=True)
+            _write_json(path, results)  # after every workload: a run cut short keeps them
+    finally:
+        clock.prefix = ""
+        if not args.keep_data:
+            _cleanup(workloads)
+    clock.say(f"results: {path}")
+    return 1 if any("error" in s for s in results["workloads"]) else 0
+
+
+def _text(path: Path | None) -> str | None:
+    return None if path is None else str(path)
+
+
+def _write_json(path: Path, results: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2) + "\n")
+
+
+def _versions() -> dict[str, str]:
+    return {
+        "autotune": autotune.__version__,
+        "torch": torch.__version__,
+        "optuna": optuna.__version__,
+        "python": platform.python_version(),
+    }
 
 
 def _host() -> str:

@@ -95,6 +95,9 @@ class BenchWorkload:
     must_beat_baselines: bool
     """autotune must be clearly above every baseline but the oracle (io-bound, cpu-decode)."""
     references: tuple[Reference, ...] = ()
+    in_default_run: bool = True
+    """Part of ``python -m benchmarks`` without ``--workloads``; False for a workload added
+    later, so the suite's default run (and its results' history) stays as it was."""
 
 
 def _common(
@@ -148,6 +151,11 @@ def _compute_bound(profile: Profile, machine: Machine) -> dict[str, Any]:
     return _common(profile, machine, [0, 1, c, 2 * c], [64, 128])
 
 
+def _hf_style_text(profile: Profile, machine: Machine) -> dict[str, Any]:
+    batch = [16] if profile.name == "quick" else [16, 32]
+    return _common(profile, machine, _cpu_bound_workers(profile, machine), batch)
+
+
 WORKLOADS: tuple[BenchWorkload, ...] = (
     BenchWorkload(
         name="io-bound",
@@ -187,11 +195,21 @@ WORKLOADS: tuple[BenchWorkload, ...] = (
         grid=_compute_bound,
         must_beat_baselines=False,
     ),
+    BenchWorkload(
+        name="hf-style-text",
+        config=WORKLOADS_DIR / "hf_style_text.py",
+        summary="variable-length token ids padded per batch; a tiny transformer whose "
+        "forward returns .loss (Hugging Face style)",
+        grid=_hf_style_text,
+        must_beat_baselines=False,
+        in_default_run=False,
+    ),
 )
 
 
-def find(names: list[str]) -> list[BenchWorkload]:
-    """The workloads called ``names`` (all when empty), in the suite's order.
+def find(names: list[str], *, every: bool = False) -> list[BenchWorkload]:
+    """The workloads called ``names``, in the suite's order; when empty, those of the
+    default run (every workload with ``every``).
 
     Raises:
         ValueError: a name that is not a workload of the suite.
@@ -200,4 +218,6 @@ def find(names: list[str]) -> list[BenchWorkload]:
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ValueError(f"unknown workloads {unknown}; the suite has {list(known)}.")
-    return [w for w in WORKLOADS if not names or w.name in names]
+    if names:
+        return [w for w in WORKLOADS if w.name in names]
+    return [w for w in WORKLOADS if every or w.in_default_run]

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import types
 
 import autotune
+import autotune.inloop
+import autotune.pipeline
+import autotune.probe
+import autotune.settings
 
 
 def test_all_is_complete_and_sorted() -> None:
@@ -16,6 +22,25 @@ def test_all_is_complete_and_sorted() -> None:
     assert public - modules <= set(autotune.__all__)
     assert set(autotune.__all__) <= set(dir(autotune))
     assert autotune.__all__ == sorted(autotune.__all__)
+    assert all(getattr(autotune, name) is not None for name in autotune.__all__)
+
+
+def test_a_stage_imports_without_the_stages_above_it() -> None:
+    # The public names load on first use, so a tool that reads configs and settings
+    # (the benchmark's plain-loop checker) does not load the probe or the search.
+    code = (
+        "import autotune.settings, autotune.workload._workload, sys; "
+        "print(sorted(m for m in sys.modules if m.startswith('autotune.')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert set(eval(done.stdout)) <= {
+        "autotune._errors",
+        "autotune.settings",
+        "autotune.settings._loader",
+        "autotune.settings._settings",
+        "autotune.workload",
+        "autotune.workload._workload",
+    }
 
 
 def test_errors_share_one_base() -> None:

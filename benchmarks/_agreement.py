@@ -1,0 +1,250 @@
+"""Does the probe grade configs as the user's own loop does? (issue 13)
+
+For each workload: ``autotune.search(config, seed=...)`` with its default options (or
+``trials=N``), then the default loader (``result.baseline``) and the choice
+(``result.settings``) measured again by the plain-loop checker
+(:mod:`benchmarks._checker`, which shares no code with the probe) in interleaved
+rounds. A table per workload sets the probe's figure beside the plain loop's.
+
+A config **agrees** when the probe's figure is within 5% of the plain loop's
+median, or when the plain loop's own spread between rounds (half its range over its
+median) covers the gap: the loop cannot tell them apart more finely than that.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import autotune
+from autotune import SearchResult, Settings
+from benchmarks._checker import measure_interleaved, median, spread
+from benchmarks._workloads import BenchWorkload
+
+AGREEMENT = 0.05
+"""The probe and the plain loop agree within this fraction of the plain loop's median."""
+DEFAULT_ROUNDS = 5
+
+Say = Callable[[str], None]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AgreementOptions:
+    """How long to search and to measure."""
+
+    rounds: int = DEFAULT_ROUNDS
+    """Interleaved rounds of the plain loop."""
+    seconds: float = 1.5
+    """Timed part of one plain-loop measurement."""
+    warmup: float = 0.5
+    """Untimed training before it."""
+    trials: int | None = None
+    """autotune's exploration trials; None: its default."""
+    seed: int = 0
+    study_dir: Path | None = None
+    """Where the searches' studies are kept; None: a temporary folder, removed."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ProbeSide:
+    """One config as autotune's search measured it."""
+
+    label: str
+    settings: Settings
+    samples_per_s: float | None
+    """The probe's figure (its median confirming round); None when not measured."""
+    rounds: tuple[float, ...]
+    """The probe's samples/s in each confirming round (empty when unknown)."""
+
+
+def probe_sides(result: SearchResult, user_batch: int) -> list[ProbeSide]:
+    """The default loader and the choice, with the figures the search gave them."""
+    baseline = result.baseline
+    return [
+        ProbeSide(
+            label="default",
+            settings=baseline.settings if baseline else Settings(batch_size=user_batch),
+            samples_per_s=baseline.samples_per_s if baseline else None,
+            rounds=baseline_rounds(result),
+        ),
+        ProbeSide(
+            label="autotune",
+            settings=result.settings,
+            samples_per_s=result.samples_per_s,
+            rounds=result.rates,
+        ),
+    ]
+
+
+def baseline_rounds(result: SearchResult) -> tuple[float, ...]:
+    """The default loader's samples/s in each confirming round: the choice's rate over
+    the speedup of each round (both were measured in every round, side by side)."""
+    rates, ratios = result.rates, result.speedup_rounds
+    if result.baseline is None or not rates or len(rates) != len(ratios):
+        return ()
+    if any(ratio <= 0 for ratio in ratios):
+        return ()
+    return tuple(rate / ratio for rate, ratio in zip(rates, ratios, strict=True))
+
+
+def verdict(probe: float | None, plain_rounds: Sequence[float]) -> tuple[bool, str]:
+    """Whether the probe's figure agrees with the plain loop's rounds, and why."""
+    plain = median(plain_rounds)
+    if probe is None or probe <= 0 or plain <= 0:
+        return False, "no figure to compare"
+    gap = abs(probe / plain - 1)
+    if gap <= AGREEMENT:
+        return True, f"agrees: within {AGREEMENT:.0%} ({gap:.1%} apart)"
+    noise = spread(plain_rounds)
+    if gap <= noise:
+        return True, f"agrees: the plain loop's spread (±{noise:.1%}) covers the {gap:.1%} gap"
+    return False, (
+        f"disagrees: {gap:.1%} apart, beyond {AGREEMENT:.0%} and the plain loop's "
+        f"spread (±{noise:.1%})"
+    )
+
+
+def run_workload(
+    workload: BenchWorkload, options: AgreementOptions, machine: autotune.Machine, say: Say
+) -> dict[str, Any]:
+    """Search one workload, measure the default and the choice with the plain loop;
+    returns its section of the results (JSON types only)."""
+    began = time.perf_counter()
+    with _study_folder(options.study_dir) as folder:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        study = folder / f"agreement-{workload.config.stem}-{stamp}.db"
+        search: dict[str, Any] = {"seed": options.seed, "study": str(study)}
+        if options.trials is not None:
+            search["trials"] = options.trials
+        if len(machine.gpus) > 1:
+            # The plain loop trains one process on one device; so does the search here.
+            search["gpus"] = 0
+        say(f"autotune.search {workload.config.name} ({search})")
+        result = autotune.search(
+            workload.config, progress=autotune.LineProgress(sys.stderr), **search
+        )
+        search_s = time.perf_counter() - began
+    sides = probe_sides(result, result.user_batch)
+    plain = _plain_rounds(workload, sides, options, result.device, say)
+    return {
+        "name": workload.name,
+        "config": workload.config.relative_to(workload.config.parents[2]).as_posix(),
+        "device": result.device,
+        "search": {
+            "options": {k: v for k, v in search.items() if k != "study"},
+            "study": str(study) if options.study_dir else None,
+            "wall_s": search_s,
+            "confirmed": result.confirmed,
+            "probe_rounds": result.rounds,
+            "probe_noise": result.noise,
+            "is_default": result.is_default,
+        },
+        "rows": [_row(side, plain[side.settings.key()]) for side in sides],
+        "wall_s": time.perf_counter() - began,
+    }
+
+
+@contextmanager
+def _study_folder(kept: Path | None) -> Iterator[Path]:
+    if kept is not None:
+        kept.mkdir(parents=True, exist_ok=True)
+        yield kept
+        return
+    with tempfile.TemporaryDirectory(prefix="autotune-agreement-") as folder:
+        yield Path(folder)
+
+
+def _plain_rounds(
+    workload: BenchWorkload,
+    sides: Sequence[ProbeSide],
+    options: AgreementOptions,
+    device: str,
+    say: Say,
+) -> dict[str, list[float]]:
+    """The plain loop's rounds of each distinct config (the default and the choice may
+    be one config: it is then measured once)."""
+    distinct = list({side.settings.key(): side.settings for side in sides}.values())
+    say(f"plain loop: {len(distinct)} config(s), {options.rounds} interleaved rounds")
+    rounds = measure_interleaved(
+        workload.config,
+        distinct,
+        rounds=options.rounds,
+        seconds=options.seconds,
+        warmup=options.warmup,
+        device=device,
+        seed=options.seed,
+        say=say,
+    )
+    return {settings.key(): figures for settings, figures in zip(distinct, rounds, strict=True)}
+
+
+def _row(side: ProbeSide, plain_rounds: list[float]) -> dict[str, Any]:
+    plain = median(plain_rounds)
+    agrees, why = verdict(side.samples_per_s, plain_rounds)
+    return {
+        "config": side.label,
+        "settings": side.settings.to_dict(),
+        "describe": side.settings.describe(),
+        "probe": {
+            "samples_per_s": side.samples_per_s,
+            "rounds": list(side.rounds),
+            "interval": [min(side.rounds), max(side.rounds)] if len(side.rounds) > 1 else None,
+        },
+        "plain": {"samples_per_s": plain, "rounds": plain_rounds, "spread": spread(plain_rounds)},
+        "ratio": side.samples_per_s / plain if side.samples_per_s and plain > 0 else None,
+        "agrees": agrees,
+        "why": why,
+    }
+
+
+# --------------------------------------------------------------------- the table
+HEADER = (
+    "| config | settings | probe samples/s (rounds' range) | plain loop samples/s "
+    "(spread) | probe / plain | verdict |"
+)
+
+
+def _rate(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def _cells(row: Mapping[str, Any]) -> list[str]:
+    probe, plain = row["probe"], row["plain"]
+    probe_text = _rate(probe["samples_per_s"])
+    if probe["interval"]:
+        low, high = probe["interval"]
+        probe_text += f" ({_rate(low)}-{_rate(high)})"
+    ratio = row["ratio"]
+    return [
+        row["config"],
+        row["describe"],
+        probe_text,
+        f"{_rate(plain['samples_per_s'])} (±{100 * plain['spread']:.1f}%)",
+        "-" if ratio is None else f"{ratio:.3f}",
+        row["why"],
+    ]
+
+
+def markdown(section: Mapping[str, Any]) -> str:
+    """One workload's table (or its error), in markdown."""
+    title = f"### {section['name']}"
+    if "error" in section:
+        return f"{title}\n\nFAILED: {section['error']}\n"
+    lines = [title, "", HEADER, "|" + " --- |" * 6]
+    lines += ["| " + " | ".join(_cells(row)) + " |" for row in section["rows"]]
+    search = section["search"]
+    lines += [
+        "",
+        f"Probe: {search['probe_rounds']} confirming rounds, noise {search['probe_noise']:.1%}"
+        f"{'' if search['confirmed'] else ', not confirmed'}; search {search['wall_s']:.0f} s. "
+        f"Device: {section['device']}.",
+    ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,442 @@
+"""The plain-loop checker: what a config gives in a user's own training loop, timed
+without autotune's probe.
+
+The search's probe must not grade itself (issues 13 and 14): this module is the
+independent judge. It reads a config the way a user's code would (``load_config``)
+and builds the loader with :meth:`Settings.loader`, then times the loop a user
+writes: fetch a batch, move it to the device, forward, loss, backward, step. It
+imports nothing of the probe, the search or the decision (``tests/test_checker.py``
+checks that in a fresh interpreter); the default forward and loss are written out
+again here for the same reason.
+
+Every measurement is a new Python process (``python -m benchmarks._checker``) in a
+session of its own, and whatever is left of that session when it ends (DataLoader
+workers still prefetching) is killed before the next one starts: the workers of one
+measurement would otherwise take CPU from the next.
+
+::
+
+    rates = measure_interleaved("benchmarks/workloads/io_bound.py", [default, chosen])
+    median(rates[1]) / median(rates[0])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from autotune.settings._settings import Settings
+from autotune.workload._workload import Workload, load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+STARTUP_ALLOWANCE_S = 300.0
+"""Time a measurement may take beyond its warm-up and timed part: starting Python and
+torch, building the dataset (a workload's first run writes its files) and the model."""
+GROUP_EXIT_S = 5.0
+"""How long the leftovers of a measurement get to exit after each signal."""
+
+Say = Callable[[str], None]
+
+
+class CheckerError(RuntimeError):
+    """A measurement did not finish: its message ends with the tail of the child's output."""
+
+
+# --------------------------------------------------------------------- summaries
+def median(values: Sequence[float]) -> float:
+    """The median; 0 for no values."""
+    return statistics.median(values) if values else 0.0
+
+
+def spread(values: Sequence[float]) -> float:
+    """Half the range over the median, (max - min) / (2 * median): how far a round may
+    stray from the median either way; 0 for fewer than two rounds."""
+    middle = median(values)
+    if len(values) < 2 or middle <= 0:
+        return 0.0
+    return (max(values) - min(values)) / (2 * middle)
+
+
+# --------------------------------------------------------------------- the parent's side
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Plan:
+    """One measurement, as the child process receives it (JSON types only)."""
+
+    config: str
+    settings: dict[str, Any]
+    seconds: float
+    """Timed part, when ``steps`` is None."""
+    warmup: float
+    """Training before the timed part, after the first batch; not timed."""
+    steps: int | None = None
+    """Timed steps instead of ``seconds``."""
+    device: str | None = None
+    """None: the config's device, else a GPU when there is one, else the CPU."""
+    seed: int = 0
+
+
+def measure(
+    config_path: str | Path,
+    settings: Settings,
+    *,
+    seconds: float = 1.5,
+    warmup: float = 0.5,
+    steps: int | None = None,
+    device: str | None = None,
+    seed: int = 0,
+) -> float:
+    """Time one config in a new process; returns samples/s.
+
+    Raises:
+        CheckerError: the measurement failed or did not finish in time.
+    """
+    plan = Plan(
+        config=str(Path(config_path).resolve()),
+        settings=settings.to_dict(),
+        seconds=seconds,
+        warmup=warmup,
+        steps=steps,
+        device=device,
+        seed=seed,
+    )
+    with tempfile.TemporaryDirectory(prefix="autotune-checker-") as folder:
+        answer = Path(folder) / "answer.json"
+        log = Path(folder) / "output.log"
+        returncode = _run_child(plan, answer, log, STARTUP_ALLOWANCE_S + warmup + seconds)
+        if returncode != 0 or not answer.exists():
+            raise CheckerError(
+                f"{Path(config_path).name} {settings.describe()}: the measurement exited with "
+                f"{returncode}:\n{_tail(log)}"
+            )
+        rate: float = json.loads(answer.read_text())["samples_per_s"]
+    return rate
+
+
+def measure_interleaved(
+    config_path: str | Path,
+    settings_list: Sequence[Settings],
+    rounds: int = 5,
+    seconds: float = 1.5,
+    warmup: float = 0.5,
+    *,
+    steps: int | None = None,
+    device: str | None = None,
+    seed: int = 0,
+    say: Say | None = None,
+) -> list[list[float]]:
+    """Measure every config once per round, in the same order each round (A B C, A B C,
+    ...), so a machine that drifts moves all alike; each measurement is a new process.
+
+    Returns:
+        Each config's samples/s, one per round: ``result[config][round]``.
+
+    Raises:
+        CheckerError: a measurement failed.
+    """
+    figures: list[list[float]] = [[] for _ in settings_list]
+    for round_number in range(1, rounds + 1):
+        for index, settings in enumerate(settings_list):
+            rate = measure(
+                config_path,
+                settings,
+                seconds=seconds,
+                warmup=warmup,
+                steps=steps,
+                device=device,
+                seed=seed,
+            )
+            figures[index].append(rate)
+            if say is not None:
+                say(f"plain loop, round {round_number}: {settings.describe()}: {rate:,.0f}/s")
+    return figures
+
+
+def _run_child(plan: Plan, answer: Path, log: Path, limit: float) -> int | None:
+    """Run one measurement in a session of its own and kill what is left of it after;
+    returns the child's exit code (None when it ran past ``limit`` seconds)."""
+    env = dict(os.environ)
+    # The child imports this module and autotune from the same tree as this process.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    command = [sys.executable, "-m", "benchmarks._checker", json.dumps(dataclasses.asdict(plan))]
+    # The output goes to a file, not a pipe: a worker holding a pipe open would keep
+    # the parent reading until it exits.
+    with log.open("wb") as output:
+        child = subprocess.Popen(
+            [*command, str(answer)],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            return child.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            return None
+        finally:
+            _stop_group(child.pid)
+            child.wait()
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a member we may not signal is still a member
+        return True
+    return True
+
+
+def _stop_group(group: int) -> None:
+    """End every process of a measurement's session: politely, then by force."""
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        if not _group_alive(group):
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signum)
+        deadline = time.monotonic() + GROUP_EXIT_S
+        while _group_alive(group) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+
+def _tail(log: Path, lines: int = 20) -> str:
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return "(no output)"
+    return "\n".join(text.strip().splitlines()[-lines:]) or "(no output)"
+
+
+# --------------------------------------------------------------------- the default step
+def default_forward(model: nn.Module, batch: Any) -> Any:
+    """``model(**batch)`` for a dict, ``model(inputs)`` for ``(inputs, targets, ...)``,
+    ``model(batch)`` for a tensor."""
+    if isinstance(batch, Mapping):
+        return model(**batch)
+    if isinstance(batch, list | tuple):
+        return model(batch[0])
+    return model(batch)
+
+
+def default_loss(output: Any, batch: Any) -> torch.Tensor:
+    """The loss a config without ``step`` or ``loss`` trains on.
+
+    - ``output.loss`` (or ``output["loss"]``) when the model computes one (Hugging Face
+      style; the only choice for a dict batch);
+    - ``(inputs, targets, ...)``: cross-entropy for integer class targets, mean squared
+      error for targets of the output's shape;
+    - a tensor batch: ``output.float().mean()`` (the loop measures speed, not learning).
+
+    Raises:
+        TypeError: no rule applies.
+    """
+    loss = getattr(output, "loss", None)
+    if loss is None and isinstance(output, Mapping):
+        loss = output.get("loss")
+    if isinstance(loss, torch.Tensor):
+        return loss
+    if isinstance(batch, Mapping):
+        raise TypeError("a dict batch needs a model output with a `loss`")
+    if isinstance(output, list | tuple):
+        output = next((o for o in output if isinstance(o, torch.Tensor)), output)
+    if not isinstance(output, torch.Tensor):
+        raise TypeError(f"the model returned {type(output).__name__}; expected a tensor")
+    if isinstance(batch, list | tuple) and len(batch) >= 2 and isinstance(batch[1], torch.Tensor):
+        return _supervised_loss(output, batch[1])
+    return output.float().mean()
+
+
+def _supervised_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    if not target.is_floating_point() and output.dim() == target.dim() + 1:
+        return F.cross_entropy(output.float(), target.long())
+    if output.shape == target.shape:
+        return F.mse_loss(output.float(), target.float())
+    raise TypeError(
+        f"cannot pair the output {list(output.shape)} with targets {list(target.shape)}"
+    )
+
+
+def batch_samples(batch: Any) -> int | None:
+    """Samples in a batch: the first dimension of its first tensor (in a dict's or a
+    sequence's order); None when it holds no tensor."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() > 0 else 1
+    values = list(batch.values()) if isinstance(batch, Mapping) else batch
+    if isinstance(values, list | tuple):
+        for value in values:
+            found = batch_samples(value)
+            if found is not None:
+                return found
+    return None
+
+
+def to_device(batch: Any, device: torch.device, non_blocking: bool) -> Any:
+    """Every tensor of a (nested) batch on ``device``."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, Mapping):
+        return {key: to_device(value, device, non_blocking) for key, value in batch.items()}
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple
+        return type(batch)(*(to_device(value, device, non_blocking) for value in batch))
+    if isinstance(batch, list | tuple):
+        return type(batch)(to_device(value, device, non_blocking) for value in batch)
+    return batch
+
+
+# --------------------------------------------------------------------- the child's side
+_AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def make_train_step(
+    workload: Workload, model: nn.Module, device: torch.device, amp: str
+) -> Callable[[Any], None]:
+    """One training step as a user writes it: the config's ``step``, or forward and its
+    ``loss`` (else the default); backward; the config's optimizer (else SGD with
+    momentum); under autocast with AMP, through a GradScaler for fp16 on CUDA."""
+    optimizer = (workload.optimizer or _sgd)(model.parameters())
+    scaler = torch.amp.GradScaler("cuda") if amp == "fp16" and device.type == "cuda" else None
+
+    def autocast() -> contextlib.AbstractContextManager[Any]:
+        if amp == "off":
+            return contextlib.nullcontext()
+        return torch.autocast(device.type, dtype=_AMP_DTYPES[amp])
+
+    def train(batch: Any) -> None:
+        with autocast():
+            if workload.step is not None:
+                loss = workload.step(model, batch)
+            else:
+                loss = (workload.loss or default_loss)(default_forward(model, batch), batch)
+        optimizer.zero_grad(set_to_none=True)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+
+    return train
+
+
+def _sgd(params: Any) -> torch.optim.Optimizer:
+    return torch.optim.SGD(params, lr=0.01, momentum=0.9)
+
+
+def _epochs(loader: Any) -> Generator[Any, None, None]:
+    """Batches without end: a new epoch when one ends, as a training loop's outer loop."""
+    while True:
+        empty = True
+        for batch in loader:
+            empty = False
+            yield batch
+        if empty:
+            raise RuntimeError("the loader yielded no batches")
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed_loop(
+    batches: Iterator[Any],
+    train: Callable[[Any], None],
+    plan: Plan,
+    *,
+    device: torch.device,
+    non_blocking: bool,
+    default_n: int,
+) -> float:
+    """Warm up, then time ``plan.steps`` steps (or ``plan.seconds``); returns samples/s.
+
+    The timed part covers what a training loop does: wait for the batch, copy it to
+    the device, train on it.
+    """
+    clock = time.perf_counter
+    batch = next(batches)  # start-up (workers starting, the first batch): not warm-up
+    began = clock()
+    while True:
+        train(to_device(batch, device, non_blocking))
+        if clock() - began >= plan.warmup:
+            break
+        batch = next(batches)
+    _synchronize(device)
+    samples = steps = 0
+    start = clock()
+    while True:
+        batch = next(batches)
+        train(to_device(batch, device, non_blocking))
+        samples += batch_samples(batch) or default_n
+        steps += 1
+        if plan.steps is not None and steps >= plan.steps:
+            break
+        if plan.steps is None and clock() - start >= plan.seconds:
+            break
+    _synchronize(device)
+    return samples / (clock() - start)
+
+
+def run_plan(plan: Plan) -> float:
+    """Build the config's dataset, model and loader here, and time the plain loop.
+
+    With ``echo`` > 1, :meth:`Settings.loader` yields each batch that many times, so
+    each batch is trained on ``echo`` times and counted each time (samples trained).
+    """
+    workload = load_config(plan.config).workload
+    settings = Settings.from_dict(plan.settings)
+    torch.manual_seed(plan.seed)
+    if settings.threads is not None:
+        torch.set_num_threads(settings.threads)
+    cuda = torch.cuda.is_available()
+    device = torch.device(plan.device or workload.device or ("cuda" if cuda else "cpu"))
+    model = workload.make_model().to(device)
+    model.train()
+    train = make_train_step(workload, model, device, settings.amp)
+    overrides = {"collate_fn": workload.collate_fn} if workload.collate_fn else {}
+    # Settings.loader shuffles a map-style dataset and not an iterable one, as a user would.
+    loader = settings.loader(workload.make_dataset(), **overrides)
+    batches = _epochs(loader)
+    try:
+        return timed_loop(
+            batches,
+            train,
+            plan,
+            device=device,
+            non_blocking=settings.pin_memory and device.type == "cuda",
+            default_n=settings.batch_size,
+        )
+    finally:
+        # Workers stop when their iterator goes (the parent kills any that linger).
+        batches.close()
+        del batches, loader
+        gc.collect()
+
+
+def _child_main(argv: Sequence[str]) -> int:
+    """``python -m benchmarks._checker PLAN_JSON ANSWER_PATH``: one measurement."""
+    plan = Plan(**json.loads(argv[0]))
+    rate = run_plan(plan)
+    Path(argv[1]).write_text(json.dumps({"samples_per_s": rate}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(sys.argv[1:]))

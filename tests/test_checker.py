@@ -1,0 +1,152 @@
+"""The plain-loop checker: independent of the probe, a new process per measurement with
+nothing left behind, and the default step a config without ``step`` or ``loss`` gets."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import types
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from autotune.settings._settings import Settings
+from autotune.workload._workload import Workload
+from benchmarks import _checker
+from benchmarks._checker import (
+    CheckerError,
+    batch_samples,
+    default_forward,
+    default_loss,
+    make_train_step,
+    measure_interleaved,
+    median,
+    spread,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TINY = textwrap.dedent(
+    """
+    import torch
+    from torch import nn
+    from torch.utils.data import TensorDataset
+
+    batch_size = 16
+
+    def dataset():
+        generator = torch.Generator().manual_seed(0)
+        inputs = torch.randn(256, 8, generator=generator)
+        return TensorDataset(inputs, torch.randint(0, 3, (256,), generator=generator))
+
+    def model():
+        return nn.Linear(8, 3)
+    """
+)
+
+
+def test_the_checker_imports_nothing_of_the_probe_or_the_search() -> None:
+    code = (
+        "import benchmarks._checker, sys; "
+        "print(sorted(m for m in sys.modules if m.startswith('autotune')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    loaded: list[str] = eval(done.stdout)
+    assert "autotune.workload._workload" in loaded and "autotune.settings._settings" in loaded
+    forbidden = ("autotune.probe", "autotune.explore", "autotune.pipeline", "autotune.decide")
+    assert [m for m in loaded if m.startswith(forbidden)] == []
+
+
+def test_interleaved_rounds_measure_in_new_processes_and_leave_nothing_behind(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "tiny.py"
+    config.write_text(TINY)
+    settings = [
+        Settings(batch_size=16),
+        # Persistent workers go on prefetching after the loop: they must not outlive it.
+        Settings(batch_size=16, num_workers=1, prefetch_factor=2, persistent_workers=True),
+    ]
+    said: list[str] = []
+    rates = measure_interleaved(
+        config, settings, rounds=2, seconds=0.2, warmup=0.1, say=said.append
+    )
+    assert len(rates) == 2 and all(len(per_round) == 2 for per_round in rates)
+    assert all(rate > 0 for per_round in rates for rate in per_round)
+    assert [line.split(": ")[1] for line in said] == [s.describe() for s in settings] * 2
+    assert psutil.Process().children(recursive=True) == []
+    # A worker forked from a measurement carries its command line, config path included.
+    leftovers = [
+        p.pid
+        for p in psutil.process_iter(["cmdline"])
+        if any(str(config) in part for part in p.info["cmdline"] or ())
+    ]
+    assert leftovers == []
+
+
+def test_a_failing_measurement_says_why(tmp_path: Path) -> None:
+    config = tmp_path / "broken.py"
+    config.write_text(TINY.replace("return nn.Linear(8, 3)", "raise ValueError('no model today')"))
+    with pytest.raises(CheckerError, match="no model today"):
+        _checker.measure(config, Settings(batch_size=16), seconds=0.1, warmup=0.0)
+
+
+def test_rounds_are_summarised_by_median_and_half_range() -> None:
+    assert median([3.0, 1.0, 2.0]) == 2.0 and median([]) == 0.0
+    assert spread([90.0, 100.0, 110.0]) == pytest.approx(0.1)
+    assert spread([100.0]) == 0.0 and spread([0.0, 0.0]) == 0.0
+
+
+def test_default_loss_pairs_outputs_with_targets() -> None:
+    logits = torch.randn(4, 3)
+    labels = torch.tensor([0, 2, 1, 0])
+    assert torch.equal(
+        default_loss(logits, (torch.zeros(4, 8), labels)), F.cross_entropy(logits, labels)
+    )
+    values = torch.randn(4, 2)
+    targets = torch.randn(4, 2)
+    assert torch.equal(
+        default_loss(values, [torch.zeros(4, 8), targets]), F.mse_loss(values, targets)
+    )
+    assert torch.equal(default_loss(values, torch.zeros(4, 8)), values.mean())
+    with pytest.raises(TypeError, match="cannot pair"):
+        default_loss(torch.randn(4, 3), (torch.zeros(4, 8), torch.randn(4, 5)))
+
+
+def test_dict_batches_train_on_the_models_own_loss() -> None:
+    loss = torch.tensor(1.5)
+    batch = {"input_ids": torch.zeros(2, 5), "labels": torch.zeros(2)}
+    assert default_loss(types.SimpleNamespace(loss=loss), batch) is loss
+    assert default_loss({"loss": loss}, batch) is loss
+    with pytest.raises(TypeError, match="dict batch"):
+        default_loss(torch.randn(2, 3), batch)
+
+    class Keywords(nn.Module):
+        def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> Any:
+            return types.SimpleNamespace(loss=(input_ids.sum() + labels.sum()))
+
+    assert default_forward(Keywords(), batch).loss.item() == 0.0
+
+
+def test_samples_are_the_first_dimension_of_the_first_tensor() -> None:
+    assert batch_samples(torch.zeros(7, 3)) == 7
+    assert batch_samples((torch.zeros(5, 2), torch.zeros(5))) == 5
+    assert batch_samples({"meta": "x", "input_ids": torch.zeros(6, 9)}) == 6
+    assert batch_samples(["no tensor"]) is None
+
+
+def test_the_train_step_steps_the_optimizer_under_bf16_autocast() -> None:
+    model = nn.Linear(8, 3)
+    before = model.weight.detach().clone()
+    workload = Workload(dataset=lambda: None, model=lambda: model)
+    train = make_train_step(workload, model, torch.device("cpu"), "bf16")
+    train((torch.randn(4, 8), torch.tensor([0, 1, 2, 0])))
+    assert not torch.equal(model.weight, before)
