@@ -19,6 +19,7 @@ from tuned import tuned_result
 
 import autotune
 from autotune.integrations import lightning
+from autotune.probe import _runner
 
 # pytorch_lightning's own use of a torch API that torch 2.13 deprecates.
 pytestmark = pytest.mark.filterwarnings(r"ignore:`isinstance\(treespec, LeafSpec\)`:FutureWarning")
@@ -124,6 +125,10 @@ def test_the_tuned_loader_reads_exported_settings(tmp_path: Path) -> None:
     path.write_text(json.dumps(tuned_result(batch_size=3).to_dict()))
     loader = lightning.tuned_loader(list(range(10)), path, shuffle=False)
     assert [len(batch) for batch in loader] == [3, 3, 3, 1]
+
+
+def test_probes_import_lightning_once_in_their_fork_server() -> None:
+    assert "pytorch_lightning" in _runner._preload
 
 
 def test_without_lightning_the_import_says_what_to_install(

@@ -15,7 +15,9 @@ loader for a ``LightningDataModule``.
 
 Both the ``pytorch_lightning`` and the ``lightning`` packages take these keywords.
 Needs ``pip install 'autotune[lightning]'``: importing this module without either
-package raises :class:`autotune.MissingExtraError`.
+package raises :class:`autotune.MissingExtraError`. Importing it also has the probes
+of this program's searches import Lightning once, in the process they start from,
+rather than each on its own.
 """
 
 from __future__ import annotations
@@ -25,16 +27,23 @@ import warnings
 from typing import Any
 
 from autotune.integrations._common import ResultSource, as_result, missing_extra
+from autotune.probe._runner import preload_in_probes
 from autotune.settings._settings import AmpMode
+
+_PACKAGES = ("pytorch_lightning", "lightning")
+"""Lightning's two packages: either takes the keywords made here."""
 
 # Nothing here calls Lightning, so it is looked for rather than imported (seconds); but
 # keywords for a Trainer that is not installed would only fail later, less clearly.
-if importlib.util.find_spec("pytorch_lightning") is None and (
-    importlib.util.find_spec("lightning") is None
-):
+_INSTALLED = [name for name in _PACKAGES if importlib.util.find_spec(name) is not None]
+if not _INSTALLED:
     raise missing_extra(
         "pytorch-lightning", "lightning", "neither pytorch_lightning nor lightning imports"
     )
+# A program that uses this module trains with Lightning, so each probe of its searches
+# imports Lightning (the script does, and so does a LightningModule's class): seconds a
+# probe, unless the fork server the probes start from imported it once.
+preload_in_probes(_INSTALLED)
 
 __all__ = ["dataloader_arguments", "trainer_arguments", "tuned_loader"]
 
