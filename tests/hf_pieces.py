@@ -52,7 +52,7 @@ def tiny_bert() -> BertForSequenceClassification:
     return BertForSequenceClassification(config)
 
 
-class ScaledLossTrainer(Trainer):  # type: ignore[misc]
+class ScaledLossTrainer(Trainer):
     """A Trainer whose compute_loss override reads an attribute of its own."""
 
     def __init__(self, *args: Any, loss_scale: float = 1.0, **kwargs: Any) -> None:
