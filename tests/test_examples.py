@@ -1,7 +1,12 @@
-"""Every example config runs, with a tiny budget, so none of them rots."""
+"""Every example runs, with a tiny budget, so none of them rots: the config files through
+``autotune.search``, the programs (a ``__main__`` block) with ``python``."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,10 +14,15 @@ from conftest import quick
 
 import autotune
 
-EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.py"))
+ROOT = Path(__file__).parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+PROGRAMS = [p for p in EXAMPLES if 'if __name__ == "__main__":' in p.read_text()]
+CONFIGS = [p for p in EXAMPLES if p not in PROGRAMS]
+NEEDS = {"hf_trainer.py": "transformers", "lightning_module.py": "pytorch_lightning"}
+"""The framework a program needs: its test is skipped without it (the extra is optional)."""
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
 def test_example_runs(path: Path, workdir: Path) -> None:
     result = autotune.search(path, **quick(trials=2, max_windows=2, seed=0))
     assert result.samples_per_s > 0
@@ -20,5 +30,27 @@ def test_example_runs(path: Path, workdir: Path) -> None:
     assert (workdir / "studies" / f"{path.stem}.db").exists()
 
 
+@pytest.mark.parametrize("path", PROGRAMS, ids=lambda p: p.name)
+def test_example_program_runs(path: Path, workdir: Path) -> None:
+    needed = NEEDS.get(path.name)
+    if needed is not None and importlib.util.find_spec(needed) is None:
+        pytest.skip(f"{path.name} needs {needed}, which is not installed")
+    # This checkout's autotune, whatever is installed.
+    paths = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    process = subprocess.run(
+        [sys.executable, str(path)],
+        cwd=workdir,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert process.returncode == 0, process.stderr[-3000:]
+    assert "tuned: " in process.stdout
+    assert "steps on the tuned loader" in process.stdout
+    assert (workdir / "studies" / f"{path.stem}.db").exists()
+
+
 def test_there_are_examples() -> None:
-    assert any(p.name == "quickstart.py" for p in EXAMPLES)
+    assert any(p.name == "quickstart.py" for p in CONFIGS)
+    assert {p.name for p in PROGRAMS} == set(NEEDS)
