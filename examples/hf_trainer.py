@@ -11,6 +11,7 @@ collator, optimizer and compute_loss), and a TunedTrainer trains with the result
 
 import tempfile
 import zlib
+from typing import Any
 
 import torch
 from torch.utils.data import Dataset
@@ -23,7 +24,7 @@ VOCAB = 512
 WORDS = ["data", "loader", "worker", "batch", "model", "token", "step", "cache", "disk", "fast"]
 
 
-class Sentences(Dataset):
+class Sentences(Dataset[dict[str, Any]]):
     """Synthetic sentences of 8 to 40 words, tokenised (a stable hash per word) on access."""
 
     def __init__(self, items: int = 512) -> None:
@@ -32,14 +33,14 @@ class Sentences(Dataset):
     def __len__(self) -> int:
         return self.items
 
-    def __getitem__(self, index: int) -> dict:
+    def __getitem__(self, index: int) -> dict[str, Any]:
         length = 8 + (index * 13) % 33
         text = " ".join(WORDS[(index * 7 + k * k) % len(WORDS)] for k in range(length))
         ids = [1 + zlib.crc32(word.encode()) % (VOCAB - 1) for word in text.split()]
         return {"input_ids": ids, "labels": int("cache" in text[:40])}
 
 
-def pad(items: list) -> dict:
+def pad(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
     """Pads to the longest sentence of the batch (DataCollatorWithPadding needs a tokenizer)."""
     width = max(len(item["input_ids"]) for item in items)
     ids = torch.zeros(len(items), width, dtype=torch.long)
@@ -50,6 +51,7 @@ def pad(items: list) -> dict:
 
 
 def model() -> BertForSequenceClassification:
+    """A one-layer BERT classifier, built from its config."""
     config = BertConfig(
         vocab_size=VOCAB,
         hidden_size=32,
@@ -60,9 +62,9 @@ def model() -> BertForSequenceClassification:
     return BertForSequenceClassification(config)
 
 
-def arguments(output_dir: str, **tuned: object) -> TrainingArguments:
+def arguments(output_dir: str, **tuned: Any) -> TrainingArguments:
     """Ten steps on CPU that write nothing; the tuned keywords on top."""
-    options: dict = {"per_device_train_batch_size": 16, **tuned}
+    options: dict[str, Any] = {"per_device_train_batch_size": 16, **tuned}
     return TrainingArguments(
         output_dir=output_dir,
         max_steps=10,

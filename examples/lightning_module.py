@@ -10,6 +10,8 @@ takes its precision and accumulation from the result, and its loader from
 """
 
 import zlib
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import pytorch_lightning as pl
@@ -22,7 +24,7 @@ from autotune.integrations import lightning
 FEATURES = 256
 
 
-class Encoded(Dataset):
+class Encoded(Dataset[tuple[torch.Tensor, int]]):
     """Feature vectors stored compressed and decoded on every access."""
 
     def __init__(self, items: int = 1024) -> None:
@@ -56,7 +58,7 @@ class Classifier(pl.LightningModule):
         return optimizer(self.parameters())
 
 
-def optimizer(params) -> torch.optim.Optimizer:
+def optimizer(params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=1e-3)
 
 
@@ -66,11 +68,13 @@ def step(model: Classifier, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.T
 
 
 class Data(pl.LightningDataModule):
+    """The training data, loaded the tuned way."""
+
     def __init__(self, result: autotune.SearchResult) -> None:
         super().__init__()
         self.result = result
 
-    def train_dataloader(self):
+    def train_dataloader(self) -> Any:
         return lightning.tuned_loader(Encoded(), self.result)
 
 
