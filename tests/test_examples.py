@@ -1,5 +1,5 @@
 """Every example runs, with a tiny budget, so none of them rots: the config files through
-``autotune.search``, the programs (a ``__main__`` block) with ``python``."""
+``autotune.search``, the framework programs with ``python``."""
 
 from __future__ import annotations
 
@@ -16,10 +16,11 @@ import autotune
 
 ROOT = Path(__file__).parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
-PROGRAMS = [p for p in EXAMPLES if 'if __name__ == "__main__":' in p.read_text()]
-CONFIGS = [p for p in EXAMPLES if p not in PROGRAMS]
 NEEDS = {"hf_trainer.py": "transformers", "lightning_module.py": "pytorch_lightning"}
-"""The framework a program needs: its test is skipped without it (the extra is optional)."""
+"""Programs that are not config files, and the framework each needs: its test is skipped
+without it (the extra is optional)."""
+PROGRAMS = [p for p in EXAMPLES if p.name in NEEDS]
+CONFIGS = [p for p in EXAMPLES if p.name not in NEEDS]
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
