@@ -1,8 +1,10 @@
-"""Every example config runs, with a tiny budget, so none of them rots; the online
-example runs as a script too, as its docstring tells a user to run it."""
+"""Every example runs, with a tiny budget, so none of them rots: the config files through
+``autotune.search``, the framework programs with ``python``, and the online example as a
+script too, as its docstring tells a user to run it."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -15,9 +17,14 @@ import autotune
 
 ROOT = Path(__file__).parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+NEEDS = {"hf_trainer.py": "transformers", "lightning_module.py": "pytorch_lightning"}
+"""Programs that are not config files, and the framework each needs: its test is skipped
+without it (the extra is optional)."""
+PROGRAMS = [p for p in EXAMPLES if p.name in NEEDS]
+CONFIGS = [p for p in EXAMPLES if p.name not in NEEDS]
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
 def test_example_runs(path: Path, workdir: Path) -> None:
     result = autotune.search(path, **quick(trials=2, max_windows=2, seed=0))
     assert result.samples_per_s > 0
@@ -25,8 +32,30 @@ def test_example_runs(path: Path, workdir: Path) -> None:
     assert (workdir / "studies" / f"{path.stem}.db").exists()
 
 
+@pytest.mark.parametrize("path", PROGRAMS, ids=lambda p: p.name)
+def test_example_program_runs(path: Path, workdir: Path) -> None:
+    needed = NEEDS.get(path.name)
+    if needed is not None and importlib.util.find_spec(needed) is None:
+        pytest.skip(f"{path.name} needs {needed}, which is not installed")
+    # This checkout's autotune, whatever is installed.
+    paths = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    process = subprocess.run(
+        [sys.executable, str(path)],
+        cwd=workdir,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert process.returncode == 0, process.stderr[-3000:]
+    assert "tuned: " in process.stdout
+    assert "steps on the tuned loader" in process.stdout
+    assert (workdir / "studies" / f"{path.stem}.db").exists()
+
+
 def test_there_are_examples() -> None:
-    assert any(p.name == "quickstart.py" for p in EXAMPLES)
+    assert any(p.name == "quickstart.py" for p in CONFIGS)
+    assert {p.name for p in PROGRAMS} == set(NEEDS)
 
 
 def test_the_online_example_trains_settles_and_records(workdir: Path) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import autotune
 import autotune.inloop
@@ -46,3 +48,21 @@ def test_a_stage_imports_without_the_stages_above_it() -> None:
 def test_errors_share_one_base() -> None:
     for name in ("ConfigError", "SpaceError", "StudyError", "WorkloadError", "MissingExtraError"):
         assert issubclass(getattr(autotune, name), autotune.AutotuneError)
+
+
+def test_import_autotune_imports_no_optional_framework() -> None:
+    # The integrations' frameworks are extras: `import autotune` must work, and stay
+    # fast, without them. A new process, as this one has imported them for other tests.
+    frameworks = ("transformers", "accelerate", "pytorch_lightning", "lightning")
+    code = f"import sys, autotune; print([m for m in {frameworks!r} if m in sys.modules])"
+    root = str(Path(__file__).parent.parent)
+    paths = [root, *filter(None, [os.environ.get("PYTHONPATH")])]
+    process = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert process.returncode == 0, process.stderr
+    assert process.stdout.strip() == "[]"

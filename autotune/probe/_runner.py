@@ -14,7 +14,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,9 @@ _GRACE_SECONDS = 5.0
 _SHM_DIR = Path("/dev/shm")
 _POLL_SECONDS = 0.1
 _context: BaseContext | None = None
+# torch._dynamo is imported by the first optimizer a probe builds: 2-3 s a probe unless
+# the fork server has it already.
+_preload = ["torch", "torch._dynamo", "autotune.probe._server", "autotune.probe._child"]
 
 
 def probe_context() -> BaseContext:
@@ -44,15 +47,23 @@ def probe_context() -> BaseContext:
         context: BaseContext
         if "forkserver" in multiprocessing.get_all_start_methods():
             context = multiprocessing.get_context("forkserver")
-            # torch._dynamo is imported by the first optimizer a probe builds: 2-3 s a
-            # probe unless the fork server has it already.
-            context.set_forkserver_preload(
-                ["torch", "torch._dynamo", "autotune.probe._server", "autotune.probe._child"]
-            )
+            context.set_forkserver_preload(list(_preload))
         else:
             context = multiprocessing.get_context("spawn")
         _context = context
     return _context
+
+
+def preload_in_probes(modules: Iterable[str]) -> None:
+    """Import ``modules`` once, in the fork server probes start from, rather than in each
+    probe: for workloads whose pieces unpickle into a framework that takes seconds to
+    import (transformers). Effective until the fork server starts, at this process's
+    first probe; after that it changes nothing (the probes import what they need).
+    A module that fails to import there is skipped."""
+    _preload.extend(m for m in modules if m not in _preload)
+    context = probe_context()
+    if context.get_start_method() == "forkserver":
+        context.set_forkserver_preload(list(_preload))
 
 
 class TreeWatch:
