@@ -19,6 +19,7 @@ from autotune.study._study import (
     FAILURE,
     OWNER,
     RESULT,
+    Heartbeat,
     fail_abandoned,
     open_study,
     owner,
@@ -111,3 +112,15 @@ def test_trials_of_a_search_gone_are_failed_with_why_and_only_those(tmp_path) ->
         "taken as ended (killed, or its machine lost)"
     )
     assert notes["nobody's"]["message"].startswith("the search running it (owner unknown)")
+
+
+def test_a_trial_run_outside_optuna_s_loop_beats_while_it_runs(tmp_path) -> None:
+    study = open_study(tmp_path / "s.db", "s", create=True)
+    trial_id = running(study, owner(), beat=False)
+    with Heartbeat(study) as heartbeat:
+        heartbeat.add(trial_id)  # the first beat at once
+        with contextlib.closing(sqlite3.connect(tmp_path / "s.db")) as connection:
+            beats = connection.execute("SELECT trial_id FROM trial_heartbeats").fetchall()
+        assert beats == [(trial_id,)]
+    with Heartbeat(optuna.create_study()) as heartbeat:  # in memory: nothing to beat in
+        heartbeat.add(0)

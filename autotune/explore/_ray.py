@@ -302,7 +302,10 @@ class RayBackend:
         except BaseException as error:
             book.abandon(f"not finished: Ray Tune stopped with {type(error).__name__}: {error}")
             raise
-        book.reconcile(grid[i] for i in range(len(grid)))
+        else:
+            book.reconcile(grid[i] for i in range(len(grid)))
+        finally:
+            book.close()
 
 
 def _spec(plan: ExplorePlan, resources: TrialResources) -> TrialSpec:

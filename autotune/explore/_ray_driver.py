@@ -39,7 +39,7 @@ from autotune.explore._rules import TrialRules
 from autotune.explore._trials import fixed_trial, report_windows
 from autotune.probe import Failure, Figures, ProbeResult, Window
 from autotune.settings._settings import Settings
-from autotune.study._study import NODE
+from autotune.study._study import NODE, Heartbeat
 
 
 @dataclasses.dataclass
@@ -81,6 +81,10 @@ class TrialBook:
         """No new trial: the budget is spent, or the rules ended exploration."""
         self._proposed: dict[int, _Running] = {}
         self._by_tune_id: dict[str, _Running] = {}
+        self.heartbeat = Heartbeat(plan.study)
+        """The driver owns every trial it proposed until it tells the study how it ended
+        (the Ray workers only probe): it beats for them, so that a driver killed on
+        another machine than the next search's leaves trials that go stale."""
 
     def __getstate__(self) -> dict[str, Any]:
         # Tune pickles its searcher, scheduler and callbacks (all holding the book) to
@@ -99,6 +103,7 @@ class TrialBook:
         Ray's wrapper around an ``optuna.Trial`` that captures what it suggests)."""
         role, settings = self.rules.begin(trial)
         self._proposed[trial.number] = _Running(trial=trial.ot_trial, role=role, settings=settings)
+        self.heartbeat.add(trial.ot_trial._trial_id)
         return {NUMBER_KEY: trial.number, SETTINGS_KEY: settings.to_dict()}
 
     def settle(self, number: int) -> bool:
@@ -183,8 +188,13 @@ class TrialBook:
             self.ended(running.tune_id, error=result.error)
         self.abandon("not run: the search ended before this trial started")
 
+    def close(self) -> None:
+        """After the run (every trial told, or the search ending): beat no more."""
+        self.heartbeat.stop()
+
     def _tell(self, running: _Running, outcome: Outcome) -> None:
         self._proposed.pop(running.trial.number, None)
+        self.heartbeat.discard(running.trial._trial_id)
         value = outcome.value if outcome.state == TrialState.COMPLETE else None
         frozen: FrozenTrial = self.plan.study.tell(running.trial, value, state=outcome.state)
         if self.rules.after(self.plan.study, frozen):

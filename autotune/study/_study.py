@@ -467,9 +467,9 @@ def fail_abandoned(study: optuna.Study) -> list[int]:
     embedded search's, and the Ray driver's (it proposes and records every trial, so
     it owns them; the Ray workers only probe). On this machine the owner's process is
     checked at once; a trial owned elsewhere is failed once its heartbeat is stale
-    (Optuna's rule: none for the storage's grace period). Trials of a search still
-    running (another process on the same study) are left alone. Returns the numbers of
-    the trials failed.
+    (Optuna's rule: none for the storage's grace period; every search beats for the
+    trials it runs, see :class:`Heartbeat`). Trials of a search still running (another
+    process on the same study) are left alone. Returns the numbers of the trials failed.
     """
     storage = study._storage
     beating = _beating(study)
@@ -484,3 +484,64 @@ def fail_abandoned(study: optuna.Study) -> list[int]:
             continue  # another search failed it first
         failed.append(trial.number)
     return failed
+
+
+class Heartbeat:
+    """Heartbeats for the trials this process runs outside ``Study.optimize`` (which
+    beats for its own): the Ray driver's, and configs measured directly. A trial
+    without one whose search dies on another machine would stay RUNNING for ever: its
+    heartbeat going stale is all another machine can see (:func:`fail_abandoned`).
+
+    One thread beats for every trial added, until it is discarded; nothing happens on a
+    storage without heartbeats (an in-memory study).
+    """
+
+    def __init__(self, study: optuna.Study) -> None:
+        self._storage = _beating(study)
+        self._interval = float(self._storage.heartbeat_interval or 0) if self._storage else 0.0
+        self._trials: set[int] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> Heartbeat:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def add(self, trial_id: int) -> None:
+        """Beat for ``trial_id`` from now (the first beat at once) until discarded."""
+        if self._storage is None:
+            return
+        self._storage.record_heartbeat(trial_id)
+        with self._lock:
+            self._trials.add(trial_id)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._beat, name="autotune-heartbeat", daemon=True
+                )
+                self._thread.start()
+
+    def discard(self, trial_id: int) -> None:
+        with self._lock:
+            self._trials.discard(trial_id)
+
+    def stop(self) -> None:
+        """Beat no more (the trials are all told, or the search is ending)."""
+        self._stop.set()
+        if self._thread is not None:
+            # Not for ever: a beat may be waiting for a locked study, and the thread is a
+            # daemon.
+            self._thread.join(timeout=5)
+
+    def _beat(self) -> None:
+        assert self._storage is not None
+        while not self._stop.wait(self._interval):
+            with self._lock:
+                trials = sorted(self._trials)
+            for trial_id in trials:
+                try:
+                    self._storage.record_heartbeat(trial_id)
+                except Exception:  # a study locked too long: the next beat may pass
+                    continue
