@@ -22,7 +22,7 @@ dataset = sleepy_dataset
 model = linear_model
 batch_size = 8
 search = {"window_seconds": 0.1, "max_windows": 9, "warmup_seconds": 0.05, "ceilings": False,
-          "trials": 8, "seed": 0, "finalists": 1}
+          "trials": 8, "seed": 0, "finalists": 1, "rounds": 1}
 space = {"num_workers": [0, 1, 2], "threads": 1, "batch_size": [8, 16], "amp": "off"}
 """
 
