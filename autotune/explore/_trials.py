@@ -16,10 +16,11 @@ from autotune.settings._settings import Settings
 from autotune.study._study import GROUP, OWNER, ROLE, SETTINGS, TrialRecord, owner
 
 
-def report_windows(trial: optuna.Trial, figures: Figures) -> None:
-    """Report the throughput after each window as the trial's intermediate values: what
-    the embedded backend reports live to its pruner, for a backend that prunes elsewhere."""
-    for step in range(1, len(figures.windows) + 1):
+def report_windows(trial: optuna.Trial, figures: Figures, *, after: int = 0) -> None:
+    """Report the throughput after each window (those after the first ``after``, reported
+    already) as the trial's intermediate values: what the embedded backend reports live
+    to its pruner, for a trial whose windows arrive some other way."""
+    for step in range(after + 1, len(figures.windows) + 1):
         trial.report(Figures(windows=figures.windows[:step]).samples_per_s, step)
 
 
