@@ -8,7 +8,7 @@ import optuna
 import pytest
 import ray
 import workloads
-from conftest import TESTS, quick
+from conftest import CHILD_PYTHONPATH, quick
 from optuna.trial import TrialState
 
 import autotune
@@ -34,7 +34,7 @@ def local_ray() -> Iterator[str]:
         address="local",
         num_cpus=2,
         include_dashboard=False,
-        runtime_env={"env_vars": {"PYTHONPATH": str(TESTS)}},  # tests' workloads unpickle
+        runtime_env={"env_vars": {"PYTHONPATH": CHILD_PYTHONPATH}},  # tests' workloads unpickle
     )
     yield ray.get_runtime_context().get_node_id()
     ray.shutdown()
