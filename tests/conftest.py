@@ -26,6 +26,10 @@ import pytest
 TESTS = Path(__file__).parent
 # Probes unpickle test workloads by module name; make `workloads` importable everywhere.
 sys.path.insert(0, str(TESTS))
+CHILD_PYTHONPATH = os.pathsep.join([str(TESTS), str(TESTS.parent)])
+"""PYTHONPATH for the processes the tests start themselves (a search, Ray's workers): the
+tests' workloads, and this checkout's autotune. Without it, a process started outside
+the checkout would import whichever autotune is installed, maybe another checkout's."""
 
 SESSION_TAG = "AUTOTUNE_TEST_SESSION"
 """Set in the environment of every process this test session starts, however indirectly

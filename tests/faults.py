@@ -26,7 +26,7 @@ from typing import Any
 
 import optuna
 import workloads
-from conftest import QUICK, TESTS
+from conftest import CHILD_PYTHONPATH, QUICK, TESTS
 
 import autotune
 from autotune.cli import main
@@ -248,7 +248,7 @@ class Running:
         self.process = subprocess.Popen(
             command,
             cwd=cwd,
-            env={**os.environ, "PYTHONPATH": str(TESTS), **(env or {})},
+            env={**os.environ, "PYTHONPATH": CHILD_PYTHONPATH, **(env or {})},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

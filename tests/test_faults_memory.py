@@ -14,7 +14,7 @@ from functools import cache
 
 import pytest
 import workloads
-from conftest import TESTS
+from conftest import CHILD_PYTHONPATH
 from faults import Case, drive, probe_request, study_trials
 
 import autotune
@@ -158,7 +158,7 @@ def test_shared_memory_too_small_for_the_batches(workdir) -> None:
     run = subprocess.run(
         [*command, "sh", "-c", shell, "sh", sys.executable, "-c", script, json.dumps(keywords)],
         cwd=workdir,
-        env={**os.environ, "PYTHONPATH": str(TESTS)},
+        env={**os.environ, "PYTHONPATH": CHILD_PYTHONPATH},
         capture_output=True,
         text=True,
         timeout=300,

@@ -6,23 +6,31 @@ import os
 import pickle
 import sys
 import tempfile
+import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import fake_nvml
+import optuna
 import psutil
 import pytest
+from optuna.trial import TrialState
 from ray import exceptions
+from ray.tune.search.optuna.optuna_search import _OptunaTrialSuggestCaptor
 
 from autotune import ConfigError, MissingExtraError, SearchOptions
 from autotune.cli import main
 from autotune.explore import get_backend
+from autotune.explore._backend import ExplorePlan
 from autotune.explore._ray import RaySession, trial_resources
-from autotune.explore._ray_driver import failure_of
-from autotune.explore._ray_worker import TrialSpec, on_this_node
-from autotune.machine._machine import usable_cpus
+from autotune.explore._ray_driver import StudyPruning, TrialBook, failure_of
+from autotune.explore._ray_worker import METRIC, NUMBER_KEY, TIME_ATTR, TrialSpec, on_this_node
+from autotune.machine._machine import Machine, usable_cpus
 from autotune.probe import ProbeRequest, WorkloadSource
+from autotune.progress._progress import QuietProgress
 from autotune.settings._settings import Settings
-from autotune.study._study import open_study
+from autotune.space._space import build_space
+from autotune.study._study import ROLE, open_study
 
 GPU_NODE = {"CPU": 64.0, "GPU": 8.0}
 CPU_HEAD = {"CPU": 16.0}
@@ -165,3 +173,42 @@ def test_a_study_s_storage_pickles(tmp_path) -> None:
     study = open_study(tmp_path / "s.db", "s", create=True)
     copy = pickle.loads(pickle.dumps(study._storage))
     assert copy.get_all_studies()[0].study_name == "s"
+
+
+def test_a_resumed_search_prunes_against_the_trials_already_in_the_study(tmp_path) -> None:
+    study = open_study(tmp_path / "s.db", "s", create=True)
+    for value in (100.0, 200.0, 300.0, 400.0, 500.0):  # an earlier search's first windows
+        study.add_trial(
+            optuna.trial.create_trial(
+                state=TrialState.PRUNED,
+                user_attrs={ROLE: "explore"},
+                intermediate_values={1: value},
+            )
+        )
+    settings = Settings(batch_size=8)
+    machine = Machine(cpus=2, cpu_model="t", memory_bytes=2**33, shm_bytes=2**30, accelerator="cpu")
+    plan = ExplorePlan(
+        study=study,
+        space=build_space({"num_workers": 0, "threads": 1, "amp": "off"}, machine, batch_size=8),
+        template=ProbeRequest(source=WorkloadSource(), settings=settings, device="cpu"),
+        warm_starts=(),
+        options=SearchOptions(seed=0, min_windows=1, reduction_factor=3),
+        progress=QuietProgress(),
+    )
+    book = TrialBook(plan, exploring=True, count=2, timeout=None)
+    scheduler = StudyPruning(book)
+    decisions = {}
+    for tune_id, value in (("slow", 350.0), ("fast", 450.0)):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*Heartbeat of storage.*")
+            config = book.propose(_OptunaTrialSuggestCaptor(study.ask()))
+        book.attach(config[NUMBER_KEY], tune_id)
+        result = {METRIC: value, TIME_ATTR: 1}  # Ray's report of the first window
+        decisions[tune_id] = scheduler.on_trial_result(
+            None, SimpleNamespace(trial_id=tune_id), result
+        )
+    book.close()
+    # Alone, 350 would have passed the first rung; with the 5 in the study before it, the
+    # best 2 of 6 go on. Each window is in the study as soon as Ray reports it.
+    assert decisions == {"slow": "STOP", "fast": "CONTINUE"}
+    assert [t.intermediate_values for t in study.trials[5:]] == [{1: 350.0}, {1: 450.0}]

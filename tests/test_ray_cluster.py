@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import optuna
 import workloads
-from conftest import TESTS, quick
+from conftest import CHILD_PYTHONPATH, quick
 from ray.cluster_utils import Cluster
 
 import autotune
@@ -12,7 +12,7 @@ from autotune.study._study import BACKEND, NODE
 
 
 def test_a_search_joins_a_cluster_by_address_and_runs_trials_on_every_node(workdir) -> None:
-    env = {"PYTHONPATH": str(TESTS)}  # where the tests' workloads unpickle, on every node
+    env = {"PYTHONPATH": CHILD_PYTHONPATH}  # the tests' workloads unpickle on every node
     cluster = Cluster(
         initialize_head=True,
         head_node_args={"num_cpus": 1, "include_dashboard": False, "env_vars": env},

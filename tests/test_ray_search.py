@@ -1,14 +1,23 @@
-"""Searches on Ray Tune (a local Ray of 2 CPUs, one for the module): the study they write."""
+"""Searches on Ray Tune (a local Ray of 2 CPUs, one for the module): the study they write,
+and what a killed one leaves."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import sqlite3
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import optuna
+import psutil
 import pytest
 import ray
 import workloads
-from conftest import TESTS, quick
+from conftest import CHILD_PYTHONPATH, quick
+from faults import Case, Places, Running, study_trials, wait_for_running_trial
 from optuna.trial import TrialState
 
 import autotune
@@ -22,7 +31,7 @@ dataset = sleepy_dataset
 model = linear_model
 batch_size = 8
 search = {"window_seconds": 0.1, "max_windows": 9, "warmup_seconds": 0.05, "ceilings": False,
-          "trials": 8, "seed": 0, "finalists": 1}
+          "trials": 8, "seed": 0, "finalists": 1, "rounds": 1}
 space = {"num_workers": [0, 1, 2], "threads": 1, "batch_size": [8, 16], "amp": "off"}
 """
 
@@ -34,7 +43,7 @@ def local_ray() -> Iterator[str]:
         address="local",
         num_cpus=2,
         include_dashboard=False,
-        runtime_env={"env_vars": {"PYTHONPATH": str(TESTS)}},  # tests' workloads unpickle
+        runtime_env={"env_vars": {"PYTHONPATH": CHILD_PYTHONPATH}},  # tests' workloads unpickle
     )
     yield ray.get_runtime_context().get_node_id()
     ray.shutdown()
@@ -141,3 +150,80 @@ def test_failures_on_ray_are_recorded_with_their_reason(local_ray, workdir) -> N
     (dead,) = records(study("studies/dying.db"))
     assert dead.state == "FAIL" and dead.failure.kind == "crash"
     assert dead.failure.message.startswith("the Ray worker running the trial died")
+
+
+def running_and_beating(study: Path) -> set[int]:
+    """The RUNNING trials of the study at ``study`` that have a heartbeat."""
+    uri = f"file:{study}?mode=ro"
+    with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=30)) as connection:
+        rows = connection.execute(
+            "SELECT number FROM trials JOIN trial_heartbeats USING (trial_id) "
+            "WHERE state = 'RUNNING'"
+        ).fetchall()
+    return {int(row[0]) for row in rows}
+
+
+def in_session(sid: int) -> list[psutil.Process]:
+    """The live processes of session ``sid`` (Ray's workers have process groups of their
+    own, not sessions)."""
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getsid(process.pid) == sid and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process)
+    return found
+
+
+def kill_with_its_ray(search: Running) -> None:
+    """SIGKILL a search and the local Ray it started: Ray's servers and agents are in the
+    search's process group, its workers in its session (in groups of their own). Left to
+    themselves they do end, but slowly: the agents retry the dead GCS for a minute, a
+    worker still starting up half a minute. The probes the workers ran end by
+    themselves (the autouse fixture checks that no process is left)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(search.process.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while (alive := in_session(search.process.pid)) and time.monotonic() < deadline:
+        for process in alive:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        time.sleep(0.1)
+    assert not alive, f"processes of the search outlived SIGKILL: {alive}"
+    search.finish(timeout=60)  # its output ends once all that shared it are gone
+
+
+def test_a_killed_ray_search_leaves_no_trial_running_once_resumed(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    places = Places(tmp_path).make()
+    monkeypatch.chdir(places.cwd)
+    case = Case(options={"trials": 4, "max_windows": 4, "window_seconds": 0.3, "rounds": 1})
+    study = ("--study", str(places.study))
+    env = {"HOME": str(places.home)}
+    search = Running(
+        "cli", case, places.cwd, "--backend", "ray", *study, config=places.config, env=env
+    )
+    try:
+        wait_for_running_trial(places.study, at_least=0)
+        deadline = time.monotonic() + 10
+        while not running_and_beating(places.study) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert running_and_beating(places.study), "the driver's running trial has no heartbeat"
+    finally:
+        kill_with_its_ray(search)
+    assert search.process.returncode == -signal.SIGKILL
+    left = {t.number for t in study_trials(places.study) if t.state == "RUNNING"}
+    assert left
+
+    # The next search on the study fails them at once (the driver that owned them is
+    # gone, on this machine), saying why, and goes on.
+    resumed = ["search", str(places.config), *study, "--resume", "--trials", "1"]
+    assert main(resumed) == 0, capsys.readouterr().err
+    trials = {t.number: t for t in study_trials(places.study)}
+    assert not [t for t in trials.values() if t.state == "RUNNING"]
+    for number in left:
+        assert trials[number].state == "FAIL"
+        assert trials[number].failure.kind == "interrupted"
+        assert trials[number].failure.message == (
+            f"the search running it (pid {search.process.pid}) ended before it finished"
+        )

@@ -53,6 +53,7 @@ from autotune.explore._ruled_out import (
     shm_blocks,
 )
 from autotune.explore._rules import TrialRules
+from autotune.explore._rungs import StudyRungs
 from autotune.explore._trials import fixed_trial
 from autotune.machine._machine import Machine
 from autotune.probe import Failure, Figures, ProbeRequest, ProbeResult, Window, WorkloadSource
@@ -583,6 +584,37 @@ def test_exploration_ends_near_the_highest_ceiling_once_the_warm_starts_ran() ->
     reason = near_the_ceiling(study, bounds, 0.03, warm_starts=2)
     assert reason == ceiling_message(950.0, 1000.0, 0.03)
     assert near_the_ceiling(study, None, 0.03, warm_starts=0) is None
+
+
+# ------------------------------------------------------------------ ASHA's rungs
+def reaching(study: optuna.Study, value: float, windows: int = 1) -> FrozenTrial:
+    """A new trial that reported ``value`` after each of ``windows`` windows."""
+    trial = study.ask()
+    for step in range(1, windows + 1):
+        trial.report(value, step)
+    return study._storage.get_trial(trial._trial_id)
+
+
+def test_a_trial_at_a_rung_competes_with_the_trials_already_in_the_study() -> None:
+    # An earlier search (resumed now, or run on the other backend) left its windows.
+    study = optuna.create_study(direction="maximize")
+    for value in (100, 200, 300, 400, 500):
+        add_trial(study, state=TrialState.PRUNED, steps={1: value, 2: value, 3: value})
+    rungs = StudyRungs(min_windows=1, reduction_factor=3)
+    fresh = optuna.create_study(direction="maximize")
+    assert not rungs.prune(fresh, reaching(fresh, 350))  # alone, it would be the best
+    assert rungs.prune(study, reaching(study, 350))  # 6 at the rung: 400 and 500 go on
+    assert not rungs.prune(study, reaching(study, 500))  # the trials running compete too
+    # Judged at the rungs only (1, 3, 9 windows), not in between.
+    assert not rungs.prune(study, reaching(study, 1, windows=2))
+    assert rungs.prune(study, reaching(study, 1, windows=3))
+
+
+def test_repeats_and_given_configs_do_not_compete_at_the_rungs() -> None:
+    study = optuna.create_study(direction="maximize")
+    add_trial(study, role="confirm", value=1000, steps={1: 1000})
+    add_trial(study, value=1000, steps={1: 1000}, **{DUPLICATE_OF: 0})
+    assert not StudyRungs(1, 3).prune(study, reaching(study, 100))
 
 
 # ------------------------------------------------------------------ the rules together

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
+import warnings
 from pathlib import Path
 
 import optuna
@@ -12,7 +15,16 @@ from conftest import copy_of
 
 import autotune
 from autotune import StudyError
-from autotune.study._study import RESULT, resolve
+from autotune.study._study import (
+    FAILURE,
+    OWNER,
+    RESULT,
+    Heartbeat,
+    fail_abandoned,
+    open_study,
+    owner,
+    resolve,
+)
 
 
 def test_resolve_names_and_paths() -> None:
@@ -53,3 +65,62 @@ def test_a_missing_study_is_not_created_by_reading(tmp_path) -> None:
     with pytest.raises(StudyError, match="no study at"):
         autotune.load(tmp_path / "absent.db")
     assert not (tmp_path / "absent.db").exists()
+
+
+def running(study: optuna.Study, who: dict | None, *, beat: bool = True) -> int:
+    """A RUNNING trial owned by ``who``, with a heartbeat (when ``beat``); its id."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*Heartbeat of storage.*")
+        trial = study.ask()
+    if who is not None:
+        trial.set_user_attr(OWNER, who)
+    if beat:
+        study._storage.record_heartbeat(trial._trial_id)
+    return trial._trial_id
+
+
+def test_trials_of_a_search_gone_are_failed_with_why_and_only_those(tmp_path) -> None:
+    path = tmp_path / "s.db"
+    study = open_study(path, "s", create=True)
+    elsewhere = {"host": "elsewhere", "pid": 4321, "started": 0.0}
+    dead_here = {**owner(), "pid": 2**22 + 1}  # above any pid Linux gives
+    ids = {
+        "dead here": running(study, dead_here, beat=False),
+        "alive here": running(study, owner()),
+        "elsewhere": running(study, elsewhere),
+        "elsewhere, never beat": running(study, elsewhere, beat=False),
+        "nobody's": running(study, None),
+    }
+    # On this machine the process is checked at once; elsewhere, the heartbeat must
+    # have gone stale first.
+    assert fail_abandoned(study) == [0]
+    with contextlib.closing(sqlite3.connect(path)) as connection, connection:
+        connection.execute("UPDATE trial_heartbeats SET heartbeat = '2000-01-01 00:00:00'")
+    assert fail_abandoned(study) == [2, 4]
+
+    trials = {name: study._storage.get_trial(i) for name, i in ids.items()}
+    left = {name for name, trial in trials.items() if trial.state.name == "RUNNING"}
+    # A late heartbeat of a search alive here is not a death; no heartbeat ever, no clue.
+    assert left == {"alive here", "elsewhere, never beat"}
+    notes = {name: trials[name].user_attrs[FAILURE] for name in trials.keys() - left}
+    assert {note["kind"] for note in notes.values()} == {"interrupted"}
+    assert notes["dead here"]["message"] == (
+        f"the search running it (pid {2**22 + 1}) ended before it finished"
+    )
+    assert notes["elsewhere"]["message"] == (
+        "the search running it (pid 4321 on elsewhere) sent no heartbeat for 30 s; "
+        "taken as ended (killed, or its machine lost)"
+    )
+    assert notes["nobody's"]["message"].startswith("the search running it (owner unknown)")
+
+
+def test_a_trial_run_outside_optuna_s_loop_beats_while_it_runs(tmp_path) -> None:
+    study = open_study(tmp_path / "s.db", "s", create=True)
+    trial_id = running(study, owner(), beat=False)
+    with Heartbeat(study) as heartbeat:
+        heartbeat.add(trial_id)  # the first beat at once
+        with contextlib.closing(sqlite3.connect(tmp_path / "s.db")) as connection:
+            beats = connection.execute("SELECT trial_id FROM trial_heartbeats").fetchall()
+        assert beats == [(trial_id,)]
+    with Heartbeat(optuna.create_study()) as heartbeat:  # in memory: nothing to beat in
+        heartbeat.add(0)

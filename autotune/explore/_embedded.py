@@ -22,6 +22,7 @@ from optuna.exceptions import ExperimentalWarning
 from autotune.explore._backend import ExplorePlan
 from autotune.explore._objective import Objective, run_fixed
 from autotune.explore._outcome import TrialFailed
+from autotune.explore._rungs import StudyRungs
 from autotune.explore._trials import enqueue_warm_starts, group_attrs
 from autotune.settings._settings import Settings
 from autotune.study._study import quiet_optuna
@@ -45,10 +46,9 @@ def sampler(seed: int | None) -> optuna.samplers.BaseSampler:
 
 
 def pruner(min_windows: int, reduction_factor: int) -> optuna.pruners.BasePruner:
-    """ASHA: Optuna's SuccessiveHalvingPruner, rungs at min_windows * rf**k windows."""
-    return optuna.pruners.SuccessiveHalvingPruner(
-        min_resource=min_windows, reduction_factor=reduction_factor
-    )
+    """ASHA, rungs at min_windows * rf**k windows, read from the study: every trial in it
+    competes, whichever search or backend ran it (:mod:`autotune.explore._rungs`)."""
+    return StudyRungs(min_windows, reduction_factor)
 
 
 class EmbeddedBackend:

@@ -19,6 +19,7 @@ from autotune.explore._trials import fixed_trial
 from autotune.probe import Failure, Figures, ProbeResult, Window, run_probe
 from autotune.probe._placement import PLACEMENT, Slot, SlotPool
 from autotune.settings._settings import Settings
+from autotune.study._study import Heartbeat
 
 
 class Objective:
@@ -85,15 +86,18 @@ def run_fixed(study: optuna.Study, objective: Objective, attrs: dict[str, Any]) 
     """Run one trial with given attributes (a config to measure) as its own trial, not
     through Optuna's queue (see :func:`fixed_trial`)."""
     trial = fixed_trial(study, attrs)
-    try:
-        value = objective(trial)
-    except TrialFailed:
-        study.tell(trial, state=TrialState.FAIL)
-    except optuna.TrialPruned:
-        study.tell(trial, state=TrialState.PRUNED)
-    except BaseException:
-        study.tell(trial, state=TrialState.FAIL)
-        raise
-    else:
-        study.tell(trial, value)
+    # Outside Study.optimize, so no heartbeat of Optuna's: the trial beats like those.
+    with Heartbeat(study) as heartbeat:
+        heartbeat.add(trial._trial_id)
+        try:
+            value = objective(trial)
+        except TrialFailed:
+            study.tell(trial, state=TrialState.FAIL)
+        except optuna.TrialPruned:
+            study.tell(trial, state=TrialState.PRUNED)
+        except BaseException:
+            study.tell(trial, state=TrialState.FAIL)
+            raise
+        else:
+            study.tell(trial, value)
     objective.after(study, study._storage.get_trial(trial._trial_id))

@@ -1,11 +1,12 @@
 """The Ray backend: the same search on Ray Tune, on one machine or a cluster.
 
-Ray Tune runs the probes in Ray workers, on whichever nodes have room; its
-ASHAScheduler prunes over the probe's windows and Ray's OptunaSearch proposes
-with the embedded backend's sampler, in the same study. The driver (this
-process) records every trial (see ``_ray_record``), so a study written here
-reads exactly like one the embedded backend wrote, but for
-``autotune.backend = "ray"`` and the node each trial ran on.
+Ray Tune runs the probes in Ray workers, on whichever nodes have room; Ray's
+OptunaSearch proposes with the embedded backend's sampler, in the same study, and
+the driver (this process) prunes over the probe's windows with the embedded
+backend's pruner, whose rungs are read from the study (so a resumed search prunes
+against the trials already there). The driver records every trial (see
+``_ray_driver``), so a study written here reads exactly like one the embedded
+backend wrote, but for ``autotune.backend = "ray"`` and the node each trial ran on.
 
 Each trial asks Ray for what one DDP rank would have: one GPU and the node's
 CPUs divided by its GPUs, so trials side by side on a node measure what ranks
@@ -247,8 +248,8 @@ class RayBackend:
         from ray.tune.search import ConcurrencyLimiter
 
         from autotune.explore._ray_driver import (
-            PruningASHA,
             StopOnFatal,
+            StudyPruning,
             StudyRecorder,
             StudySearch,
             TrialBook,
@@ -261,15 +262,7 @@ class RayBackend:
             timeout=plan.options.timeout if exploring else None,
             fixed=fixed,
         )
-        scheduler = (
-            PruningASHA(
-                book,
-                min_windows=plan.options.min_windows,
-                reduction_factor=plan.options.reduction_factor,
-            )
-            if exploring
-            else FIFOScheduler()  # type: ignore[no-untyped-call]
-        )
+        scheduler = StudyPruning(book) if exploring else FIFOScheduler()  # type: ignore[no-untyped-call]
         trainable = tune.with_resources(
             tune.with_parameters(run_trial, spec=_spec(plan, resources)),
             {"cpu": resources.cpus, "gpu": resources.gpus},
@@ -302,7 +295,10 @@ class RayBackend:
         except BaseException as error:
             book.abandon(f"not finished: Ray Tune stopped with {type(error).__name__}: {error}")
             raise
-        book.reconcile(grid[i] for i in range(len(grid)))
+        else:
+            book.reconcile(grid[i] for i in range(len(grid)))
+        finally:
+            book.close()
 
 
 def _spec(plan: ExplorePlan, resources: TrialResources) -> TrialSpec:

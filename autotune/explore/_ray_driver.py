@@ -6,13 +6,24 @@ here, on the driver, with the rules every backend shares:
 - :class:`TrialBook` keeps the Tune trials of one run and the Optuna trials
   they are, and records each ended trial into the study exactly as the
   embedded backend would (figures, failure, intermediate values), plus the
-  node it ran on;
+  node it ran on; it owns them (beats for them) until they are told;
 - :class:`StudySearch` is Ray's OptunaSearch on the search's own study with
   the embedded backend's sampler; configs that need no probe (a repeat, one
   ruled out by an out-of-memory) are settled there and never reach Ray;
-- :class:`PruningASHA` is Ray's ASHAScheduler, remembering whom it stopped:
-  those trials are PRUNED (OptunaSearch alone would record them COMPLETE);
+- :class:`StudyPruning` is Tune's scheduler: it prunes on the driver, from the
+  study, as the embedded backend does (below); the trials it stops are PRUNED;
 - :class:`StudyRecorder` hears from Tune when trials start, report and end.
+
+Pruning is decided here rather than by Ray's ASHAScheduler, whose rungs live in
+the driver's memory: a resumed search (a new driver) started them empty, and its
+first trials passed every rung unjudged. Seeding that scheduler's rungs from the
+study would mean writing into its private state, which Ray may change. Instead each
+window a Ray worker reports is written to the study at once, as the trial's
+intermediate value (what the embedded backend reports), and
+:class:`~autotune.explore._rungs.StudyRungs`, the embedded backend's pruner,
+judges the trial at each rung against every explored trial in the study: this
+search's running ones, and those of earlier or concurrent searches on either
+backend. Nothing about the rungs is kept in the driver, so nothing is lost with it.
 """
 
 from __future__ import annotations
@@ -26,7 +37,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 from ray.tune import Callback
-from ray.tune.schedulers import ASHAScheduler
+from ray.tune.schedulers import FIFOScheduler
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 from ray.tune.stopper import Stopper
@@ -36,10 +47,11 @@ from autotune.explore._embedded import sampler
 from autotune.explore._outcome import Outcome
 from autotune.explore._ray_worker import METRIC, NUMBER_KEY, SETTINGS_KEY, TIME_ATTR
 from autotune.explore._rules import TrialRules
+from autotune.explore._rungs import StudyRungs
 from autotune.explore._trials import fixed_trial, report_windows
 from autotune.probe import Failure, Figures, ProbeResult, Window
 from autotune.settings._settings import Settings
-from autotune.study._study import NODE
+from autotune.study._study import NODE, Heartbeat
 
 
 @dataclasses.dataclass
@@ -55,6 +67,8 @@ class _Running:
     node: dict[str, Any] | None = None
     started: bool = False
     pruned: bool = False
+    reported: int = 0
+    """Windows reported to the study so far (as the trial's intermediate values)."""
 
 
 class TrialBook:
@@ -74,6 +88,7 @@ class TrialBook:
         """The attributes of the trials to run, in order, when this run measures given
         configs (a confirming round) rather than asking the sampler."""
         self.rules = TrialRules(plan, exploring=exploring, backend="ray")
+        self.rungs = StudyRungs(plan.options.min_windows, plan.options.reduction_factor)
         self.count = count
         self.deadline = None if timeout is None else time.monotonic() + timeout
         self.asked = 0
@@ -81,6 +96,10 @@ class TrialBook:
         """No new trial: the budget is spent, or the rules ended exploration."""
         self._proposed: dict[int, _Running] = {}
         self._by_tune_id: dict[str, _Running] = {}
+        self.heartbeat = Heartbeat(plan.study)
+        """The driver owns every trial it proposed until it tells the study how it ended
+        (the Ray workers only probe): it beats for them, so that a driver killed on
+        another machine than the next search's leaves trials that go stale."""
 
     def __getstate__(self) -> dict[str, Any]:
         # Tune pickles its searcher, scheduler and callbacks (all holding the book) to
@@ -99,6 +118,7 @@ class TrialBook:
         Ray's wrapper around an ``optuna.Trial`` that captures what it suggests)."""
         role, settings = self.rules.begin(trial)
         self._proposed[trial.number] = _Running(trial=trial.ot_trial, role=role, settings=settings)
+        self.heartbeat.add(trial.ot_trial._trial_id)
         return {NUMBER_KEY: trial.number, SETTINGS_KEY: settings.to_dict()}
 
     def settle(self, number: int) -> bool:
@@ -136,10 +156,19 @@ class TrialBook:
             window: Window = running.figures.windows[-1]
             self.plan.progress.window(running.trial.number, window, running.figures.samples_per_s)
 
-    def pruned(self, tune_id: str) -> None:
+    def judge(self, tune_id: str, value: float, windows: int) -> bool:
+        """Report a trial's new window to the study; whether the rungs stop it there
+        (explored trials only: given configs are measured to the end)."""
         running = self._by_tune_id.get(tune_id)
-        if running is not None:
-            running.pruned = True
+        if running is None or windows <= running.reported:
+            return False  # no new window: a failure's last result, or Tune's duplicate
+        running.trial.report(value, windows)
+        running.reported = windows
+        if running.role != "explore":
+            return False
+        frozen = self.plan.study._storage.get_trial(running.trial._trial_id)
+        running.pruned = self.rungs.prune(self.plan.study, frozen)
+        return running.pruned
 
     def ended(self, tune_id: str, error: BaseException | None = None) -> None:
         """Record a Tune trial that ended, as the study's trial it is."""
@@ -151,7 +180,7 @@ class TrialBook:
             failure = failure_of(error)
         if running.node is not None:
             running.trial.set_user_attr(NODE, running.node)
-        report_windows(running.trial, running.figures)
+        report_windows(running.trial, running.figures, after=running.reported)
         complete = len(running.figures.windows) >= self.plan.template.max_windows
         if failure is None and not complete and not running.pruned:
             message = (
@@ -183,8 +212,13 @@ class TrialBook:
             self.ended(running.tune_id, error=result.error)
         self.abandon("not run: the search ended before this trial started")
 
+    def close(self) -> None:
+        """After the run (every trial told, or the search ending): beat no more."""
+        self.heartbeat.stop()
+
     def _tell(self, running: _Running, outcome: Outcome) -> None:
         self._proposed.pop(running.trial.number, None)
+        self.heartbeat.discard(running.trial._trial_id)
         value = outcome.value if outcome.state == TrialState.COMPLETE else None
         frozen: FrozenTrial = self.plan.study.tell(running.trial, value, state=outcome.state)
         if self.rules.after(self.plan.study, frozen):
@@ -265,25 +299,19 @@ class StudySearch(OptunaSearch):
         """Nothing to restore: a search resumes from its study."""
 
 
-class PruningASHA(ASHAScheduler):
-    """Ray's ASHAScheduler over the probe's windows; remembers the trials it stopped."""
+class StudyPruning(FIFOScheduler):
+    """Tune's scheduler for exploring: each window judged on the driver by the study's
+    rungs (see the module's docstring); otherwise first come, first served."""
 
-    def __init__(self, book: TrialBook, *, min_windows: int, reduction_factor: int) -> None:
-        super().__init__(
-            time_attr=TIME_ATTR,
-            metric=METRIC,
-            mode="max",
-            max_t=book.plan.template.max_windows,
-            grace_period=min_windows,
-            reduction_factor=reduction_factor,
-        )
+    def __init__(self, book: TrialBook) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
         self.book = book
 
     def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
-        decision: str = super().on_trial_result(tune_controller, trial, result)
-        if decision == self.STOP:
-            self.book.pruned(trial.trial_id)
-        return decision
+        windows = int(result.get(TIME_ATTR) or 0)
+        if self.book.judge(trial.trial_id, float(result[METRIC]), windows):
+            return str(self.STOP)
+        return str(self.CONTINUE)
 
 
 class StudyRecorder(Callback):

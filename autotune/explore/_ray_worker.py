@@ -6,7 +6,7 @@ disk for the config itself; the modules the config imports and the data its
 dataset reads must be reachable on every node.
 
 Each window's report carries the figures so far (every window, start-up, peak
-memory), because a trial ASHA stops is ended by Ray at once: the driver records
+memory), because a trial the driver prunes is ended by Ray at once: the driver records
 it from its last report. A probe that fails reports its failure as a last result.
 """
 
@@ -28,7 +28,7 @@ from autotune.settings._settings import Settings
 METRIC = "samples_per_s"
 """What Tune's searcher and scheduler maximise: the trial's samples/s so far."""
 TIME_ATTR = "windows"
-"""ASHA's time attribute: windows measured so far."""
+"""Windows measured so far: the step at which the driver reports the trial's throughput."""
 SETTINGS_KEY = "settings"
 NUMBER_KEY = "number"
 """The Optuna trial number, in each Tune trial's config."""

@@ -13,13 +13,14 @@ from optuna.trial import TrialState
 from autotune.explore._backend import ExplorePlan
 from autotune.probe import Figures
 from autotune.settings._settings import Settings
-from autotune.study._study import GROUP, ROLE, SETTINGS, TrialRecord
+from autotune.study._study import GROUP, OWNER, ROLE, SETTINGS, TrialRecord, owner
 
 
-def report_windows(trial: optuna.Trial, figures: Figures) -> None:
-    """Report the throughput after each window as the trial's intermediate values: what
-    the embedded backend reports live to its pruner, for a backend that prunes elsewhere."""
-    for step in range(1, len(figures.windows) + 1):
+def report_windows(trial: optuna.Trial, figures: Figures, *, after: int = 0) -> None:
+    """Report the throughput after each window (those after the first ``after``, reported
+    already) as the trial's intermediate values: what the embedded backend reports live
+    to its pruner, for a trial whose windows arrive some other way."""
+    for step in range(after + 1, len(figures.windows) + 1):
         trial.report(Figures(windows=figures.windows[:step]).samples_per_s, step)
 
 
@@ -65,6 +66,9 @@ def fixed_trial(study: optuna.Study, attrs: dict[str, Any]) -> optuna.Trial:
     pops from that queue (a concurrent one, or this one's next stage finding a config
     its exploration queued but did not reach), so a finalist queued there could be
     measured by the wrong search or stage, and missed by the one that wanted it."""
-    template = optuna.trial.create_trial(state=TrialState.RUNNING, user_attrs=attrs)
+    # Owned from the start: a search killed before the trial began leaves it abandoned.
+    template = optuna.trial.create_trial(
+        state=TrialState.RUNNING, user_attrs={**attrs, OWNER: owner()}
+    )
     trial_id = study._storage.create_new_trial(study._study_id, template_trial=template)
     return optuna.Trial(study, trial_id)
