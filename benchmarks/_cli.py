@@ -1,6 +1,6 @@
 """The command line of the suite.
 
-    python -m benchmarks [--quick] [--workloads NAME,...] [--rounds N] [--seed N]
+    python -m benchmarks [--quick] [--workloads NAME,...|all] [--rounds N] [--seed N]
                          [--out DIR] [--summary PATH | --no-summary] [--keep-data]
 
 Progress goes to stderr, one table per workload to stdout; the results are
@@ -32,7 +32,14 @@ import autotune
 from autotune.machine._machine import detect_machine
 from benchmarks import _report
 from benchmarks._run import run_workload
-from benchmarks._workloads import WORKLOADS, BenchWorkload, find, full_profile, quick_profile
+from benchmarks._workloads import (
+    ALL,
+    WORKLOADS,
+    BenchWorkload,
+    find,
+    full_profile,
+    quick_profile,
+)
 
 HERE = Path(__file__).parent
 FORMAT = 1
@@ -52,7 +59,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--workloads",
         default="",
-        help=f"comma-separated subset of {', '.join(w.name for w in WORKLOADS)} (default: all)",
+        help=f"comma-separated names from {', '.join(w.name for w in ALL)}, or all "
+        f"(default: {', '.join(w.name for w in WORKLOADS)})",
     )
     parser.add_argument("--rounds", type=int, help="interleaved rounds (default 3 quick, 5 full)")
     parser.add_argument(
