@@ -197,7 +197,22 @@ WORKLOADS: tuple[BenchWorkload, ...] = (
     ),
 )
 
-EXTENDED: tuple[BenchWorkload, ...] = ()
+EXTENDED: tuple[BenchWorkload, ...] = (
+    BenchWorkload(
+        name="dict-batches",
+        config=WORKLOADS_DIR / "dict_batches.py",
+        summary="dict items {image, label} made with numpy; a small CNN fed by step(model, batch)",
+        grid=_cpu_decode,
+        must_beat_baselines=False,
+    ),
+    BenchWorkload(
+        name="iterable-latency",
+        config=WORKLOADS_DIR / "iterable_latency.py",
+        summary="an IterableDataset sharded by worker, 4 ms of waiting per record; an MLP",
+        grid=_io_bound,
+        must_beat_baselines=False,
+    ),
+)
 """Workloads nobody tuned the defaults for (issue 14): run by name or with
 ``--workloads all``; a run without ``--workloads`` keeps to ``WORKLOADS``."""
 
