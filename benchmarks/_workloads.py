@@ -156,6 +156,12 @@ def _compute_bound(profile: Profile, machine: Machine) -> dict[str, Any]:
     return _common(profile, machine, _model_bound_workers(profile, machine), batch)
 
 
+def _padded_text(profile: Profile, machine: Machine) -> dict[str, Any]:
+    # The batch size sets the padding and the GRU's work per step: quick runs keep two.
+    batch = [32, 64] if profile.name == "quick" else [16, 32, 64]
+    return _common(profile, machine, _model_bound_workers(profile, machine), batch)
+
+
 WORKLOADS: tuple[BenchWorkload, ...] = (
     BenchWorkload(
         name="io-bound",
@@ -210,6 +216,20 @@ EXTENDED: tuple[BenchWorkload, ...] = (
         config=WORKLOADS_DIR / "iterable_latency.py",
         summary="an IterableDataset sharded by worker, 4 ms of waiting per record; an MLP",
         grid=_io_bound,
+        must_beat_baselines=False,
+    ),
+    BenchWorkload(
+        name="padded-text",
+        config=WORKLOADS_DIR / "padded_text.py",
+        summary="sentences tokenised in Python, padded per batch; an embedding and GRU classifier",
+        grid=_padded_text,
+        must_beat_baselines=False,
+    ),
+    BenchWorkload(
+        name="png-folder",
+        config=WORKLOADS_DIR / "png_folder.py",
+        summary="2,000 small PNG files decoded, cropped, flipped, normalised; a small CNN",
+        grid=_cpu_decode,
         must_beat_baselines=False,
     ),
 )
