@@ -162,6 +162,16 @@ def _padded_text(profile: Profile, machine: Machine) -> dict[str, Any]:
     return _common(profile, machine, _model_bound_workers(profile, machine), batch)
 
 
+def _small_in_ram(profile: Profile, machine: Machine) -> dict[str, Any]:
+    batch = [32] if profile.name == "quick" else [16, 32]
+    grid = _common(profile, machine, _model_bound_workers(profile, machine), batch)
+    if profile.name == "quick":
+        # Persistence is what this workload is about: quick runs keep it and fix prefetch.
+        grid["persistent_workers"] = [False, True]
+        grid["prefetch_factor"] = 2
+    return grid
+
+
 WORKLOADS: tuple[BenchWorkload, ...] = (
     BenchWorkload(
         name="io-bound",
@@ -230,6 +240,20 @@ EXTENDED: tuple[BenchWorkload, ...] = (
         config=WORKLOADS_DIR / "png_folder.py",
         summary="2,000 small PNG files decoded, cropped, flipped, normalised; a small CNN",
         grid=_cpu_decode,
+        must_beat_baselines=False,
+    ),
+    BenchWorkload(
+        name="numpy-memmap",
+        config=WORKLOADS_DIR / "numpy_memmap.py",
+        summary="rows of a numpy.memmap file mapped lazily per worker; an MLP",
+        grid=_compute_bound,
+        must_beat_baselines=False,
+    ),
+    BenchWorkload(
+        name="small-in-ram",
+        config=WORKLOADS_DIR / "small_in_ram.py",
+        summary="4 batches per epoch in memory: epoch start-up and persistent workers decide",
+        grid=_small_in_ram,
         must_beat_baselines=False,
     ),
 )
