@@ -172,6 +172,24 @@ def _small_in_ram(profile: Profile, machine: Machine) -> dict[str, Any]:
     return grid
 
 
+def _tiny_model(profile: Profile, machine: Machine) -> dict[str, Any]:
+    batch = [64] if profile.name == "quick" else [64, 128]
+    return _common(profile, machine, _cpu_bound_workers(profile, machine), batch)
+
+
+def _large_model(profile: Profile, machine: Machine) -> dict[str, Any]:
+    c = machine.cpus
+    if profile.name == "quick":
+        # Batch size and AMP are what this workload is about: quick runs keep both (AMP as
+        # the machine allows) and fix the training threads at every CPU instead.
+        grid = _common(profile, machine, [0, 1], [16, 32, 64])
+        del grid["amp"]
+        if "threads" in grid:
+            grid["threads"] = c
+        return grid
+    return _common(profile, machine, [0, 1, c], [16, 32, 64])
+
+
 WORKLOADS: tuple[BenchWorkload, ...] = (
     BenchWorkload(
         name="io-bound",
@@ -254,6 +272,20 @@ EXTENDED: tuple[BenchWorkload, ...] = (
         config=WORKLOADS_DIR / "small_in_ram.py",
         summary="4 batches per epoch in memory: epoch start-up and persistent workers decide",
         grid=_small_in_ram,
+        must_beat_baselines=False,
+    ),
+    BenchWorkload(
+        name="tiny-model",
+        config=WORKLOADS_DIR / "tiny_model.py",
+        summary="audio features computed per item with numpy FFTs; a single Linear layer",
+        grid=_tiny_model,
+        must_beat_baselines=False,
+    ),
+    BenchWorkload(
+        name="large-model",
+        config=WORKLOADS_DIR / "large_model.py",
+        summary="in-memory images; a small vision transformer where batch size and AMP decide",
+        grid=_large_model,
         must_beat_baselines=False,
     ),
 )
