@@ -288,6 +288,20 @@ EXTENDED: tuple[BenchWorkload, ...] = (
         grid=_large_model,
         must_beat_baselines=False,
     ),
+    BenchWorkload(
+        name="heavy-augment",
+        config=WORKLOADS_DIR / "heavy_augment.py",
+        summary="images made on the fly through eight Pillow and numpy augmentations; a CNN",
+        grid=_cpu_decode,
+        must_beat_baselines=False,
+    ),
+    BenchWorkload(
+        name="many-small-files",
+        config=WORKLOADS_DIR / "many_small_files.py",
+        summary="5,000 .npy files of 384 bytes, one opened per item; an MLP",
+        grid=_cpu_decode,
+        must_beat_baselines=False,
+    ),
 )
 """Workloads nobody tuned the defaults for (issue 14): run by name or with
 ``--workloads all``; a run without ``--workloads`` keeps to ``WORKLOADS``."""
