@@ -1,6 +1,6 @@
 """The command line of the suite.
 
-    python -m benchmarks [--quick] [--workloads NAME,...] [--rounds N] [--seed N]
+    python -m benchmarks [--quick] [--workloads NAME,...|all] [--rounds N] [--seed N]
                          [--out DIR] [--summary PATH | --no-summary] [--keep-data]
     python -m benchmarks --agreement [--workloads NAME,...] [--rounds N] [--seconds S]
                          [--warmup S] [--trials N] [--study-dir DIR] [--seed N]
@@ -41,7 +41,13 @@ import autotune
 from autotune.machine._machine import detect_machine
 from benchmarks import _agreement, _report
 from benchmarks._run import run_workload
-from benchmarks._workloads import WORKLOADS, BenchWorkload, find, full_profile, quick_profile
+from benchmarks._workloads import (
+    WORKLOADS,
+    BenchWorkload,
+    find,
+    full_profile,
+    quick_profile,
+)
 
 HERE = Path(__file__).parent
 FORMAT = 1
@@ -61,8 +67,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--workloads",
         default="",
-        help=f"comma-separated subset of {', '.join(w.name for w in WORKLOADS)} (default: "
-        f"{', '.join(w.name for w in find([]))})",
+        help=f"comma-separated names from {', '.join(w.name for w in WORKLOADS)}, or all "
+        f"(default: {', '.join(w.name for w in find([]))})",
     )
     parser.add_argument("--rounds", type=int, help="interleaved rounds (default 3 quick, 5 full)")
     parser.add_argument(

@@ -1,5 +1,6 @@
-"""The benchmark suite: every workload config trains for a few steps (so none of them
-rots), and the suite's decision rules and reports on made-up figures."""
+"""The benchmark suite: every workload config loads and takes a training step (the
+default run's through a probe, for a few steps), so none of them rots; and the suite's
+decision rules and reports on made-up figures."""
 
 from __future__ import annotations
 
@@ -8,10 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
+from torch import nn
+from torch.utils.data import IterableDataset, default_collate
 
 from autotune import Settings
 from autotune.machine._machine import detect_machine
 from autotune.probe import ProbeRequest, WorkloadSource, run_probe
+from autotune.probe._train import Trainer
 from autotune.space._space import build_space
 from autotune.workload._workload import load_config
 from benchmarks import _cli, _report
@@ -22,6 +27,10 @@ from benchmarks._workloads import WORKLOADS, WORKLOADS_DIR, find, full_profile, 
 
 # Every config file there (a leading underscore marks a helper module the configs share).
 CONFIGS = sorted(p for p in WORKLOADS_DIR.glob("*.py") if not p.name.startswith("_"))
+# Those of the default run, trained through a probe; every config takes a step in-process.
+DEFAULT_RUN_CONFIGS = sorted(
+    {w.config for w in WORKLOADS} | {r.config for w in WORKLOADS for r in w.references}
+)
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +39,7 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("bench-data")
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("config", DEFAULT_RUN_CONFIGS, ids=lambda p: p.stem)
 def test_workload_config_trains_a_few_steps(config: Path, data_dir: Path) -> None:
     workload = load_config(config).workload
     settings = Settings(
@@ -52,10 +61,26 @@ def test_workload_config_trains_a_few_steps(config: Path, data_dir: Path) -> Non
     assert all(w.samples >= workload.batch_size for w in result.figures.windows)
 
 
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.stem)
+def test_workload_config_loads_yields_an_item_and_steps_in_process(
+    config: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cheaper than a probe: the config loads, its dataset gives an item, its model builds,
+    and one training step runs on a batch of two items, all in this process."""
+    monkeypatch.setenv("AUTOTUNE_BENCH_DATA", str(data_dir))
+    workload = load_config(config).workload
+    data = workload.make_dataset()
+    item = next(iter(data)) if isinstance(data, IterableDataset) else data[0]
+    net = workload.make_model()
+    assert isinstance(net, nn.Module)
+    batch = (workload.collate_fn or default_collate)([item, item])
+    Trainer(workload, net, torch.device("cpu"), "off").step(batch)
+
+
 def test_every_workload_is_a_config_of_the_suite() -> None:
     configs = {w.config for w in WORKLOADS} | {r.config for w in WORKLOADS for r in w.references}
     assert configs == set(CONFIGS)
-    # The default run keeps its four workloads; later ones run when named.
+    # The default run (no --workloads) is the four it always was; the rest run when named.
     assert [w.name for w in find([])] == [
         "io-bound",
         "cpu-decode",
@@ -64,6 +89,9 @@ def test_every_workload_is_a_config_of_the_suite() -> None:
     ]
     assert [w.name for w in find([], every=True)] == [w.name for w in WORKLOADS]
     assert [w.name for w in find(["hf-style-text"])] == ["hf-style-text"]
+    assert len(WORKLOADS) >= 12 and len({w.name for w in WORKLOADS}) == len(WORKLOADS)
+    assert find(["all"]) == list(WORKLOADS)
+    assert [w.name for w in find(["tiny-model", "io-bound"])] == ["io-bound", "tiny-model"]
 
 
 @pytest.mark.parametrize("workload", WORKLOADS, ids=lambda w: w.name)
