@@ -69,10 +69,12 @@ def test_a_ray_search_writes_the_study_the_embedded_one_would(
     ran = [t for t in on_ray.trials if t.state != TrialState.WAITING]
     explored = [t for t in ran if t.user_attrs["autotune.role"] == "explore"]
     assert len(explored) == 8
-    assert sorted(t.user_attrs["autotune.role"] for t in ran if t not in explored) == [
-        "baseline",
-        "confirm",
-    ]
+    confirming = [t.user_attrs["autotune.role"] for t in ran if t not in explored]
+    # One round: the default loader once, and the finalists (one, or up to twice that
+    # where figures overlap, and the leader without workers where it trains at its ceiling).
+    assert confirming.count("baseline") == 1
+    assert 1 <= confirming.count("confirm") <= 3
+    assert set(confirming) == {"baseline", "confirm"}
     assert {t.user_attrs["autotune.role"] for t in ran} == {
         "explore",
         "confirm",
