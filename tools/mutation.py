@@ -327,6 +327,8 @@ def test_module(name: str, jobs: int, exclusions: Sequence[Exclusion], nudge: bo
 
 def print_reports(reports: Sequence[Report], exclusions: Sequence[Exclusion]) -> None:
     for report in reports:
+        for mutant, exclusion in report.excluded:
+            print(f"excluded {mutant.name}: {exclusion.reason}")
         for mutant in report.left:
             print("\n" + (mutant.diff.strip() or f"{mutant.status}: {mutant.name}"))
         for nudge in report.nudges:
