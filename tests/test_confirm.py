@@ -439,3 +439,16 @@ def test_exploration_candidates_are_the_measured_configs_of_the_space() -> None:
     study.tell(trial(workers(7)), state=FAIL)
     candidates = explored_candidates(study, plan().space)
     assert candidates == [*EXPLORED, Candidate(workers(3), 950.0)]
+
+
+def test_the_default_loader_is_measured_once_a_round_not_again_as_a_finalist() -> None:
+    # The leader (4 workers at the user's batch size) trains at its compute ceiling:
+    # without workers it is the default loader, which every round measures anyway.
+    backend, confirmed = run(lambda s, r: 1000.0, bounds=ceiling_at(1010.0, workers(4)))
+    assert backend.orders[0] == [c.key() for c in (workers(4), workers(1), workers(2), DEFAULT)]
+    assert confirmed.is_default
+    # Exploration measured the default loader near the best: not a finalist too.
+    explored = [Candidate(workers(4), 1000.0), Candidate(DEFAULT, 995.0)]
+    backend, confirmed = run(lambda s, r: 1000.0, explored=explored)
+    assert backend.orders[0] == [c.key() for c in (workers(4), DEFAULT)]
+    assert confirmed.is_default

@@ -76,7 +76,7 @@ def confirm(
     choose."""
     options = plan.options
     user_batch = baseline.batch_size
-    configs = _finalist_settings(plan, explored, progress, user_batch)
+    configs = _finalist_settings(plan, explored, progress, baseline)
     order = [*configs, baseline]
     roles = ["confirm"] * len(configs) + ["baseline"]
     progress.phase(
@@ -119,13 +119,16 @@ def confirm(
 
 
 def _finalist_settings(
-    plan: ExplorePlan, explored: list[Candidate], progress: Progress, user_batch: int
+    plan: ExplorePlan, explored: list[Candidate], progress: Progress, baseline: Settings
 ) -> list[Settings]:
+    """The finalists, and the leader's loader without workers when it trains at its compute
+    ceiling; never the default loader, which every round measures anyway (measured twice,
+    it could beat itself and be recommended as if it were not the default)."""
     tolerance = plan.options.tolerance
-    chosen = finalists(explored, tolerance, plan.options.finalists, user_batch=user_batch)
-    configs = [c.settings for c in chosen]
+    chosen = finalists(explored, tolerance, plan.options.finalists, user_batch=baseline.batch_size)
+    configs = [c.settings for c in chosen if c.settings != baseline]
     lighter = without_workers(chosen[0], plan.bounds, plan.space, tolerance) if chosen else None
-    if lighter is not None and lighter.key() not in {s.key() for s in configs}:
+    if lighter is not None and lighter.key() not in {s.key() for s in [*configs, baseline]}:
         progress.message(
             f"{configs[0].describe()} trains at the model's own ceiling: its loader "
             "without workers is confirmed beside it"
