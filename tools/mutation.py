@@ -79,6 +79,8 @@ class Exclusion:
     original: str
     mutated: str
     reason: str
+    context: str = ""
+    """A line near the change, where the same change could be made in two places."""
 
     def matches(self, module: str, mutant: Mutant) -> bool:
         return (
@@ -86,6 +88,7 @@ class Exclusion:
             and self.function == mutant.function
             and self.original == mutant.original
             and self.mutated == mutant.mutated
+            and self.context in mutant.diff
         )
 
 
@@ -220,6 +223,7 @@ def load_exclusions() -> list[Exclusion]:
             original=entry["original"].strip(),
             mutated=entry["mutated"].strip(),
             reason=entry["reason"],
+            context=entry.get("context", ""),
         )
         for entry in data.get("exclude", [])
     ]
