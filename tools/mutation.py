@@ -182,7 +182,12 @@ def run_mutmut(name: str, module: str, tests: str, jobs: int) -> list[Mutant]:
     scratch_copy(directory)
     with open(directory / "pyproject.toml", "a") as config:
         config.write(mutmut_config(module, tests))
-    mutmut(directory, "run", "--max-children", str(jobs), log=directory / "mutmut.log")
+    run = ("run", "--max-children", str(jobs))
+    try:
+        mutmut(directory, *run, log=directory / "mutmut.log")
+    except SystemExit as failed:  # seen once, with every mutant checked: try once more
+        print(f"{failed}; running it again: mutmut goes on where it stopped", flush=True)
+        mutmut(directory, *run, log=directory / "mutmut-again.log")
     mutants = []
     for line in mutmut(directory, "results", "--all", "true").splitlines():
         mutant_name, _, status = line.strip().rpartition(": ")
