@@ -33,6 +33,9 @@ def test_cost_puts_training_changes_before_machine_cost() -> None:
     assert cost(s(num_workers=2, prefetch_factor=8), 32) < cost(
         s(num_workers=3, prefetch_factor=1), 32
     )
+    assert cost(s(num_workers=2, prefetch_factor=2), 32) < cost(
+        s(num_workers=2, prefetch_factor=4), 32
+    )
     assert cost(s(num_workers=2, persistent_workers=False), 32) < cost(
         s(num_workers=2, persistent_workers=True), 32
     )
@@ -102,3 +105,27 @@ def test_finalists_fill_up_to_the_limit_and_grow_where_figures_overlap() -> None
     # Eight overlap the best: up to twice the limit of them.
     assert len(finalists(close, 0.03, 3, user_batch=32)) == 6
     assert len(finalists(spread[:2], 0.03, 3, user_batch=32)) == 2
+
+
+def test_finalists_are_those_within_twice_the_tolerance() -> None:
+    # At 5%, the finalist band reaches 10% below the best, and one finalist may be asked.
+    candidates = [
+        Candidate(s(num_workers=8), 1000.0),
+        Candidate(s(num_workers=4), 901.0),  # 9.9% off: within 2 x 5%
+        Candidate(s(num_workers=1), 899.0),  # 10.1% off: out, however cheap
+    ]
+    chosen = finalists(candidates, 0.05, limit=1, user_batch=32)
+    assert [c.settings.num_workers for c in chosen] == [8, 4]
+    assert [c.settings.num_workers for c in finalists(candidates[:1], 0.05, 1, user_batch=32)] == [
+        8
+    ]
+
+
+def test_finalists_take_the_faster_of_equally_cheap_configs_first() -> None:
+    # bf16 and fp16 cost the same: the faster of them is the cheap contender, so the
+    # two places go to it and to the next fastest, not to the slower of the pair.
+    fp16, bf16 = s(num_workers=2, amp="fp16"), s(num_workers=2, amp="bf16")
+    more = s(num_workers=3, amp="fp16")
+    candidates = [Candidate(fp16, 1000.0), Candidate(more, 999.0), Candidate(bf16, 998.0)]
+    chosen = finalists(candidates, 0.03, limit=1, user_batch=32)
+    assert [c.settings for c in chosen] == [fp16, more]

@@ -4,6 +4,7 @@ interleaved rounds, the default kept unless beaten, a true confirmed flag."""
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Callable
 
 import optuna
@@ -13,19 +14,42 @@ from conftest import QUICK
 import autotune
 from autotune import SearchResult, Settings
 from autotune.decide._choose import Candidate
-from autotune.decide._confirm import confirm, same_as_default
+from autotune.decide._confirm import (
+    confirm,
+    explored_candidates,
+    same_as_default,
+    without_workers,
+)
 from autotune.explore import ExplorePlan
+from autotune.explore._bounds import Bounds, compute_key
 from autotune.explore._trials import fixed_trial, group_attrs
 from autotune.machine._machine import detect_machine
 from autotune.output._show import result_lines
 from autotune.probe import Figures, ProbeRequest, Window, WorkloadSource
 from autotune.progress._progress import QuietProgress
-from autotune.space._space import build_space
-from autotune.study._study import FAILURE, FIGURES, ROLE, SETTINGS
+from autotune.space._space import Space, build_space
+from autotune.study._study import FAILURE, FIGURES, ROLE, SETTINGS, records
 from autotune.workload._options import SearchOptions
 
 DEFAULT = Settings(batch_size=32)
-Rate = Callable[[Settings, int], float | None]
+COMPLETE, FAIL, PRUNED = (
+    optuna.trial.TrialState.COMPLETE,
+    optuna.trial.TrialState.FAIL,
+    optuna.trial.TrialState.PRUNED,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Odd:
+    """A probe with figures that must not count: its trial told ``state``, with a failure
+    recorded or not."""
+
+    rate: float
+    state: optuna.trial.TrialState
+    failure: bool
+
+
+Rate = Callable[[Settings, int], float | Odd | None]
 """samples/s of a config in a round (numbered from 0); None: the probe fails."""
 
 
@@ -38,11 +62,13 @@ class SetFigures:
         self.rate = rate
         self.rounds = 0
         self.orders: list[list[str]] = []
+        self.study: optuna.Study | None = None
 
     def explore(self, plan: ExplorePlan) -> None:
         raise NotImplementedError
 
     def measure(self, plan: ExplorePlan, settings: list[Settings], roles: list[str]) -> str:
+        self.study = plan.study
         group, attrs = group_attrs(settings, roles)
         self.orders.append([s.key() for s in settings])
         for config, trial_attrs in zip(settings, attrs, strict=True):
@@ -50,23 +76,39 @@ class SetFigures:
             rate = self.rate(config, self.rounds)
             if rate is None:
                 trial.set_user_attr(FAILURE, {"kind": "error", "message": "broken"})
-                plan.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                plan.study.tell(trial, state=FAIL)
                 continue
-            window = Window(
-                index=0,
-                seconds=1.0,
-                samples=round(rate),
-                fresh=round(rate),
-                steps=1,
-                wait_seconds=0.0,
-            )
-            trial.set_user_attr(FIGURES, Figures(windows=(window,)).to_dict())
-            plan.study.tell(trial, rate)
+            odd = rate if isinstance(rate, Odd) else Odd(rate, COMPLETE, failure=False)
+            trial.set_user_attr(FIGURES, figures(odd.rate).to_dict())
+            if odd.failure:
+                trial.set_user_attr(FAILURE, {"kind": "error", "message": "broken"})
+            if odd.state == COMPLETE:
+                plan.study.tell(trial, odd.rate)
+            else:
+                plan.study.tell(trial, state=odd.state)
         self.rounds += 1
         return group
 
     def close(self) -> None:
         pass
+
+
+class Recorded(QuietProgress):
+    """A progress that keeps what it is told."""
+
+    def __init__(self) -> None:
+        self.phases: list[tuple[str, str]] = []
+        self.plans: list[tuple[str, int, float | None, int]] = []
+        self.messages: list[str] = []
+
+    def phase(self, name: str, detail: str) -> None:
+        self.phases.append((name, detail))
+
+    def plan(self, stage: str, trials: int, timeout: float | None, *, later: int = 0) -> None:
+        self.plans.append((stage, trials, timeout, later))
+
+    def message(self, text: str) -> None:
+        self.messages.append(text)
 
 
 def workers(n: int) -> Settings:
@@ -97,24 +139,40 @@ def explored_study() -> optuna.Study:
     return study
 
 
-def plan(**options: object) -> ExplorePlan:
+def plan(
+    *, bounds: Bounds | None = None, space: Space | None = None, **options: object
+) -> ExplorePlan:
     machine = detect_machine(None)
-    space = build_space({"threads": None}, machine, 32)
     return ExplorePlan(
         study=explored_study(),
-        space=space,
+        space=space or build_space({"threads": None}, machine, 32),
         template=ProbeRequest(
             source=WorkloadSource(config_path="x.py"), settings=DEFAULT, device="cpu"
         ),
         warm_starts=(),
         options=SearchOptions(**{"rounds": 3, **options}),  # type: ignore[arg-type]
         progress=QuietProgress(),
+        bounds=bounds,
     )
 
 
-def run(rate: Rate, **options: object) -> tuple[SetFigures, autotune.decide._confirm.Confirmed]:
+def run(
+    rate: Rate,
+    *,
+    explored: list[Candidate] = EXPLORED,
+    progress: QuietProgress | None = None,
+    later: int = 0,
+    **plan_args: object,
+) -> tuple[SetFigures, autotune.decide._confirm.Confirmed]:
     backend = SetFigures(rate)
-    confirmed = confirm(backend, plan(**options), EXPLORED, DEFAULT, QuietProgress(), later=0)
+    confirmed = confirm(
+        backend,
+        plan(**plan_args),  # type: ignore[arg-type]
+        explored,
+        DEFAULT,
+        progress or QuietProgress(),
+        later=later,
+    )
     return backend, confirmed
 
 
@@ -246,4 +304,175 @@ def test_the_default_in_effect_among_the_finalists_is_left_to_the_default_loader
         backend, plan(), explored, DEFAULT, QuietProgress(), later=0, default_threads=2
     )
     assert all(twin.key() not in order for order in backend.orders)
+    assert confirmed.is_default
+
+
+def wide(n: int) -> Settings:
+    """``n`` workers at batch size 64: without workers, not the default loader (32)."""
+    return Settings(batch_size=64, num_workers=n, prefetch_factor=2, persistent_workers=True)
+
+
+def ceiling_at(rate: float, settings: Settings) -> Bounds:
+    """Bounds with one compute ceiling: ``rate`` for ``settings``'s batch size, AMP, threads."""
+    return Bounds(ceilings={compute_key(settings): rate})
+
+
+def test_the_rounds_are_announced_and_recorded_by_role() -> None:
+    progress = Recorded()
+    backend, _ = run(lambda s, r: 1000.0, progress=progress, later=5)
+    ((name, detail),) = progress.phases
+    assert name == "confirm"
+    assert "3 finalist(s)" in detail and "3 interleaved round(s)" in detail
+    # 3 rounds of 3 finalists and the default, with 5 probes to come after them.
+    assert progress.plans == [("confirm", 12, None, 5)]
+    assert backend.study is not None
+    roles = Counter(record.role for record in records(backend.study))
+    assert roles == {"explore": 3, "confirm": 9, "baseline": 3}
+
+
+def test_every_finalist_is_measured_in_its_own_slot_and_any_can_win() -> None:
+    def rate(s: Settings, r: int) -> float:
+        return 500.0 if s == DEFAULT else 2000.0 if s == workers(2) else 1000.0
+
+    backend, confirmed = run(rate)
+    # Fastest and cheapest alternately: 4 workers, 1, then 2, the default last.
+    assert backend.orders[0] == [w.key() for w in (workers(4), workers(1), workers(2), DEFAULT)]
+    assert confirmed.winner.settings == workers(2)
+    assert [m.settings for m in confirmed.finalists] == [workers(4), workers(1), workers(2)]
+    assert [m.samples_per_s for m in confirmed.finalists] == [1000.0, 1000.0, 2000.0]
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [Odd(5000.0, COMPLETE, failure=True), Odd(5000.0, FAIL, failure=False)],
+    ids=["complete-with-a-failure", "failed-without-one"],
+)
+def test_a_round_counts_only_a_complete_probe_without_a_failure(odd: Odd) -> None:
+    def rate(s: Settings, r: int) -> float | Odd:
+        if s == DEFAULT:
+            return 100.0
+        if s.num_workers == 1:
+            return odd if r == 1 else 5000.0  # the fastest, but not cleanly measured in round 2
+        return 900.0
+
+    _, confirmed = run(rate)
+    assert confirmed.winner.settings == workers(2)
+    assert [m.settings for m in confirmed.finalists] == [workers(4), workers(2)]
+
+
+def test_without_a_complete_finalist_the_choice_falls_back_to_exploration() -> None:
+    def rate(s: Settings, r: int) -> float | None:
+        if s == DEFAULT:
+            return None if r == 1 else 400.0 + r  # the default fails round 2 only
+        return None  # every finalist fails every round
+
+    progress = Recorded()
+    _, confirmed = run(rate, progress=progress)
+    assert confirmed.confirmed is False
+    assert confirmed.rounds == 3 and confirmed.finalists == ()
+    # The cheapest explored config within the tolerance, with its exploration figures.
+    assert confirmed.winner.settings == workers(1)
+    assert confirmed.winner.samples_per_s == 985.0
+    # The default's median round of those it measured (the lower middle of 400 and 402).
+    assert confirmed.baseline is not None and confirmed.baseline.samples_per_s == 400.0
+    assert any("choosing from exploration figures" in m for m in progress.messages)
+
+
+def test_falling_back_needs_a_measured_trial_of_the_explored_pick() -> None:
+    stray = [Candidate(wide(4), 1000.0)]  # measured in no trial of the study
+    with pytest.raises(ValueError, match="no measured trial of workers=4"):
+        run(lambda s, r: None, explored=stray)
+
+
+def test_a_default_that_fails_a_round_gives_no_baseline_and_no_speedup() -> None:
+    def rate(s: Settings, r: int) -> float | None:
+        if s == DEFAULT:
+            return None if r == 1 else 500.0
+        return 900.0 + s.num_workers
+
+    _, confirmed = run(rate)
+    assert confirmed.confirmed and not confirmed.is_default
+    assert confirmed.winner.settings == workers(1)  # the cheapest within the band
+    assert confirmed.baseline is None and confirmed.speedup_rounds == ()
+
+
+def test_with_nothing_explored_the_default_is_measured_and_kept() -> None:
+    backend, confirmed = run(lambda s, r: 500.0, explored=[])
+    assert backend.orders == [[DEFAULT.key()]] * 3
+    assert confirmed.is_default and confirmed.confirmed
+    assert confirmed.winner.settings == DEFAULT
+
+
+def test_a_leader_at_its_ceiling_is_confirmed_beside_its_loader_without_workers() -> None:
+    # The leader trains within the finalist band (2 x 3%) of its compute ceiling, the
+    # second finalist just below that band.
+    explored = [Candidate(wide(4), 1000.0), Candidate(wide(2), 945.0)]
+    progress = Recorded()
+    backend, _ = run(
+        lambda s, r: 1000.0,
+        explored=explored,
+        bounds=ceiling_at(1010.0, wide(4)),
+        progress=progress,
+    )
+    lighter = Settings(batch_size=64)
+    assert backend.orders[0] == [c.key() for c in (wide(4), wide(2), lighter, DEFAULT)]
+    assert any(
+        m.startswith(wide(4).describe())
+        and "its loader without workers is confirmed beside it" in m
+        for m in progress.messages
+    )
+    # Below the band, no loader without workers joins.
+    backend, _ = run(lambda s, r: 1000.0, explored=explored, bounds=ceiling_at(1100.0, wide(4)))
+    assert backend.orders[0] == [c.key() for c in (wide(4), wide(2), DEFAULT)]
+
+
+def test_the_loader_without_workers_joins_a_leader_within_the_band_of_its_ceiling() -> None:
+    space = plan().space
+    bounds = ceiling_at(2000.0, wide(4))
+    lighter = Settings(batch_size=64)
+    # The band is twice the tolerance: at 25%, half the ceiling, which counts as in it.
+    assert without_workers(Candidate(wide(4), 1000.0), bounds, space, 0.25) == lighter
+    assert without_workers(Candidate(wide(4), 999.0), bounds, space, 0.25) is None
+    # No ceiling measured for its batch size, AMP and threads, or none at all.
+    other = ceiling_at(2000.0, workers(4))
+    assert without_workers(Candidate(wide(4), 1000.0), other, space, 0.25) is None
+    assert without_workers(Candidate(wide(4), 1000.0), None, space, 0.25) is None
+    # One worker is workers too; a leader without any has nothing to drop.
+    assert without_workers(Candidate(wide(1), 1990.0), bounds, space, 0.03) == lighter
+    assert without_workers(Candidate(lighter, 1990.0), bounds, space, 0.03) is None
+    # A space without num_workers=0 holds no such config.
+    no_zero = build_space({"threads": None, "num_workers": [2, 4]}, detect_machine(None), 32)
+    assert without_workers(Candidate(wide(4), 1990.0), bounds, no_zero, 0.03) is None
+
+
+def test_exploration_candidates_are_the_measured_configs_of_the_space() -> None:
+    study = explored_study()
+
+    def trial(settings: Settings, role: str = "explore") -> optuna.Trial:
+        return fixed_trial(study, {ROLE: role, SETTINGS: settings.to_dict()})
+
+    pruned = trial(workers(3))  # pruned: its last reported window counts
+    pruned.report(950.0, 0)
+    study.tell(pruned, state=PRUNED)
+    crashed = trial(workers(5))  # reported a window, then failed
+    crashed.report(5000.0, 0)
+    crashed.set_user_attr(FAILURE, {"kind": "crash", "message": "killed"})
+    study.tell(crashed, state=PRUNED)
+    study.tell(trial(workers(6), role="confirm"), 5000.0)  # not exploration
+    study.tell(trial(Settings(batch_size=1000)), 5000.0)  # outside the space
+    study.tell(trial(workers(7)), state=FAIL)
+    candidates = explored_candidates(study, plan().space)
+    assert candidates == [*EXPLORED, Candidate(workers(3), 950.0)]
+
+
+def test_the_default_loader_is_measured_once_a_round_not_again_as_a_finalist() -> None:
+    # The leader (4 workers at the user's batch size) trains at its compute ceiling:
+    # without workers it is the default loader, which every round measures anyway.
+    backend, confirmed = run(lambda s, r: 1000.0, bounds=ceiling_at(1010.0, workers(4)))
+    assert backend.orders[0] == [c.key() for c in (workers(4), workers(1), workers(2), DEFAULT)]
+    assert confirmed.is_default
+    # Exploration measured the default loader near the best: not a finalist too.
+    explored = [Candidate(workers(4), 1000.0), Candidate(DEFAULT, 995.0)]
+    backend, confirmed = run(lambda s, r: 1000.0, explored=explored)
+    assert backend.orders[0] == [c.key() for c in (workers(4), DEFAULT)]
     assert confirmed.is_default

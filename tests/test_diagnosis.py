@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from autotune import Machine, Measurement, SearchResult, Settings, diagnose
@@ -16,19 +18,31 @@ from autotune.probe import Figures, Window
 
 FOUR_WORKERS = Settings(batch_size=32, num_workers=4, prefetch_factor=2, persistent_workers=True)
 NO_WORKERS = Settings(batch_size=32)
+TWO_WORKERS = Settings(batch_size=32, num_workers=2, prefetch_factor=2)
+"""Not persistent."""
 
 
-def figures(rate: float, wait: float = 0.0, *, windows: int = 3, startup: float = 0.1) -> Figures:
-    """Figures of ``rate`` samples/s, waiting ``wait`` of each one-second window."""
+def figures(
+    rate: float,
+    wait: float = 0.0,
+    *,
+    windows: int = 3,
+    startup: float = 0.1,
+    seconds: float = 1.0,
+    echo: int = 1,
+) -> Figures:
+    """Figures of ``rate`` samples/s, waiting ``wait`` of each window of ``seconds``; with
+    echo, each fresh sample trained on ``echo`` times."""
+    samples = int(rate * seconds)
     return Figures(
         windows=tuple(
             Window(
                 index=i,
-                seconds=1.0,
-                samples=int(rate),
-                fresh=int(rate),
-                steps=int(rate) // 32,
-                wait_seconds=wait,
+                seconds=seconds,
+                samples=samples,
+                fresh=samples // echo,
+                steps=samples // 32,
+                wait_seconds=wait * seconds,
             )
             for i in range(windows)
         ),
@@ -40,11 +54,11 @@ def at(settings: Settings, rate: float, wait: float = 0.0, **kwargs: float) -> M
     return Measurement(settings=settings, figures=figures(rate, wait, **kwargs))
 
 
-def limit(rate: float, workers: int = 8) -> Measurement:
+def limit(rate: float, workers: int = 8, **kwargs: float) -> Measurement:
     settings = Settings(
         batch_size=32, num_workers=workers, prefetch_factor=2, persistent_workers=True
     )
-    return at(settings, rate)
+    return at(settings, rate, **kwargs)
 
 
 def test_decode_bound_even_with_all_cores_says_no_loader_setting_helps() -> None:
@@ -365,3 +379,371 @@ def test_the_device_of_a_result_reaches_its_diagnoses() -> None:
     )
     (best,) = diagnose(result)
     assert any("pin_memory=True" in line for line in copy_lines(best))
+
+
+def said(diagnosis: Diagnosis, text: str) -> bool:
+    """Whether any of the diagnosis's advice says ``text``."""
+    return any(text in advice for advice in diagnosis.advice)
+
+
+# The thresholds, each pinned on both sides and at the boundary itself.
+
+
+@pytest.mark.parametrize(
+    ("wait", "verdict"), [(0.14, "compute-bound"), (0.15, "compute-bound"), (0.16, "data-bound")]
+)
+def test_data_bound_is_waiting_more_than_15_percent_of_each_step(wait, verdict) -> None:
+    diagnosis = diagnose_config("best", at(FOUR_WORKERS, 1000, wait=wait, windows=1))
+    assert diagnosis.verdict == verdict
+
+
+@pytest.mark.parametrize(("rate", "keeps_up"), [(3560, False), (3600, True), (3640, True)])
+def test_the_loader_keeps_up_from_90_percent_of_the_compute_ceiling(rate, keeps_up) -> None:
+    diagnosis = diagnose_config(
+        "best", at(FOUR_WORKERS, rate), compute=figures(4000), data=figures(9000)
+    )
+    assert said(diagnosis, "the loader keeps up") is keeps_up
+
+
+@pytest.mark.parametrize(("best", "outside"), [(3560, True), (3600, False), (3640, False)])
+def test_loading_is_the_bottleneck_below_90_percent_of_the_compute_ceiling(best, outside) -> None:
+    diagnosis = diagnose_config(
+        "best", at(FOUR_WORKERS, 1000, wait=0.5), compute=figures(4000), data=figures(best)
+    )
+    assert said(diagnosis, "whatever the loader's settings") is outside
+
+
+@pytest.mark.parametrize(("rate", "contended"), [(3160, True), (3200, False), (3240, False)])
+def test_workers_take_the_cpu_below_80_percent_of_the_compute_ceiling(rate, contended) -> None:
+    diagnosis = diagnose_config("best", at(FOUR_WORKERS, rate), compute=figures(4000))
+    assert said(diagnosis, "take CPU time from the training") is contended
+
+
+def test_only_workers_take_the_cpu_from_the_training() -> None:
+    none = diagnose_config("best", at(NO_WORKERS, 1000), compute=figures(4000))
+    assert not said(none, "CPU time")
+    one = Settings(batch_size=32, num_workers=1, prefetch_factor=2)
+    diagnosis = diagnose_config("best", at(one, 1000), compute=figures(4000))
+    assert diagnosis.advice == (
+        "the training rarely waits yet runs at 25% of its compute ceiling (4,000 samples/s): "
+        "the loader's 1 worker(s) take CPU time from the training. Cheaper loading "
+        "(preprocessed or cached data, augmentation on the device) frees it.",
+    )
+
+
+@pytest.mark.parametrize(
+    ("settings", "startup", "expected"),
+    [
+        (TWO_WORKERS, 0.95, False),
+        (TWO_WORKERS, 1.0, True),
+        (TWO_WORKERS, 1.05, True),
+        (Settings(batch_size=32, num_workers=1, prefetch_factor=2), 2.5, True),
+        (NO_WORKERS, 2.5, False),  # nothing to start
+    ],
+)
+def test_persistent_workers_from_one_second_of_start_up(settings, startup, expected) -> None:
+    diagnosis = diagnose_config("best", at(settings, 1000, wait=0.01, startup=startup))
+    assert said(diagnosis, "persistent_workers=True") is expected
+
+
+@pytest.mark.parametrize(("rate", "blamed"), [(1050, False), (1100, False), (1150, True)])
+def test_more_than_10_percent_above_a_ceiling_blames_a_changing_load(rate, blamed) -> None:
+    diagnosis = diagnose_config(
+        "best", at(FOUR_WORKERS, rate), compute=figures(1000), data=figures(5000)
+    )
+    assert said(diagnosis, "a ceiling it cannot beat") is blamed
+
+
+@pytest.mark.parametrize(("alone", "helps"), [(1190, False), (1200, False), (1210, True)])
+def test_more_workers_help_when_alone_they_load_over_20_percent_more(alone, helps) -> None:
+    diagnosis = diagnose_config(
+        "best",
+        at(TWO_WORKERS, 900, wait=0.5),
+        compute=figures(20000),
+        data=figures(1000),
+        loader_limit=limit(alone),
+    )
+    assert said(diagnosis, "more workers would help") is helps
+
+
+def test_the_loader_alone_at_the_same_worker_count_is_no_reason_for_more() -> None:
+    eight = limit(0).settings
+    diagnosis = diagnose_config(
+        "best",
+        at(eight, 900, wait=0.5),
+        compute=figures(20000),
+        data=figures(1000),
+        loader_limit=limit(2000),
+    )
+    assert not said(diagnosis, "more workers")
+    assert diagnosis.limit_workers == 8 and diagnosis.loader_limit == pytest.approx(2000)
+    assert not any("the loader alone with" in line for line in diagnosis.evidence)
+
+
+@pytest.mark.parametrize(
+    ("rates", "flagged"), [((86, 100, 114), False), ((85, 100, 115), False), ((84, 100, 116), True)]
+)
+def test_windows_spread_over_15_percent_are_flagged(rates, flagged) -> None:
+    noisy = Figures(
+        windows=tuple(
+            Window(index=i, seconds=1.0, samples=s, fresh=s, steps=1, wait_seconds=0.0)
+            for i, s in enumerate(rates)
+        )
+    )
+    diagnosis = diagnose_config("best", Measurement(settings=FOUR_WORKERS, figures=noisy))
+    assert said(diagnosis, "read these figures as approximate") is flagged
+
+
+# Echo, the figures themselves, and what each piece of advice says in full.
+
+
+def test_echo_shows_the_fresh_samples_and_multiplies_every_loader_alone_figure() -> None:
+    echoed = Settings(batch_size=32, num_workers=4, prefetch_factor=2, echo=2)
+    diagnosis = diagnose_config(
+        "best",
+        Measurement(settings=echoed, figures=figures(1800, wait=0.5, echo=2)),
+        compute=figures(40000),
+        data=figures(1000),
+        loader_limit=limit(1200),
+        best_loader=at(NO_WORKERS, 1500),
+    )
+    assert diagnosis.evidence[0] == "echo 2: 900 fresh samples/s from the loader"
+    assert diagnosis.data_ceiling == pytest.approx(2000)
+    assert diagnosis.loader_limit == pytest.approx(2400)
+    assert said(diagnosis, "(with 0 workers), it delivers 3,000 samples/s")
+    plain = diagnose_config("best", at(FOUR_WORKERS, 1800), compute=figures(4000))
+    assert not any(line.startswith("echo") for line in plain.evidence)
+
+
+@pytest.mark.parametrize(
+    ("echo", "max_echo", "remedy"),
+    [
+        (2, 2, 'echo more than 2 (space={"echo": [1, 4]})'),
+        (4, 4, 'echo more than 4 (space={"echo": [1, 8]})'),
+        (2, 4, "raise echo"),
+        (2, None, "raise echo"),
+        (1, 2, "echo batches (searched: it did not pay here)"),
+        (1, 1, 'echo batches (space={"echo": [1, 2, 4]}; it changes what is learned)'),
+        (1, None, 'echo batches (space={"echo": [1, 2, 4]}; it changes what is learned)'),
+    ],
+)
+def test_loading_bound_advice_suggests_the_echo_not_yet_searched(echo, max_echo, remedy) -> None:
+    settings = Settings(batch_size=32, num_workers=4, prefetch_factor=2, echo=echo)
+    diagnosis = diagnose_config(
+        "best",
+        Measurement(settings=settings, figures=figures(900, wait=0.5, echo=echo)),
+        compute=figures(40000),
+        data=figures(1000),
+        searched=Searched(max_echo=max_echo),
+    )
+    (advice,) = diagnosis.advice
+    assert advice.startswith("loading (read, decode, augment) is the bottleneck")
+    assert advice.endswith(f", or {remedy}.")
+
+
+def test_a_ceiling_under_one_sample_per_second_counts_none_at_all_does_not() -> None:
+    slow = diagnose_config(
+        "best", at(NO_WORKERS, 0.45, seconds=100), compute=figures(0.5, seconds=100)
+    )
+    assert slow.compute_ceiling == pytest.approx(0.5)
+    nothing = diagnose_config("best", at(NO_WORKERS, 500), compute=figures(0), data=figures(0))
+    assert nothing.compute_ceiling is None and nothing.data_ceiling is None
+    assert said(nothing, "the ceilings were not measured")
+
+
+def test_one_ceiling_measured_is_enough_to_judge_by() -> None:
+    compute = diagnose_config("best", at(FOUR_WORKERS, 3800), compute=figures(4000))
+    data = diagnose_config("best", at(FOUR_WORKERS, 3800), data=figures(4000))
+    for diagnosis in (compute, data):
+        assert not said(diagnosis, "the ceilings were not measured")
+        assert diagnosis.bound_by is None
+        assert diagnosis.headline().endswith("; 95% of min(ceilings) = 4,000 samples/s")
+    assert data.evidence == ("data ceiling (this loader alone, 4 workers): 4,000 samples/s",)
+
+
+@pytest.mark.parametrize(
+    ("amp", "remedy"),
+    [
+        ("off", "cannot make it faster; AMP (bf16/fp16), a larger batch"),
+        ("bf16", "faster; a larger"),
+    ],
+)
+def test_a_config_at_its_compute_ceiling_reads_in_full(amp, remedy) -> None:
+    settings = dataclasses.replace(FOUR_WORKERS, amp=amp)
+    diagnosis = diagnose_config("best", at(settings, 3800), compute=figures(4000))
+    (advice,) = diagnosis.advice
+    assert advice.startswith(
+        "the loader keeps up: the model trains at 95% of its compute ceiling "
+        "(4,000 samples/s on batches in memory). Loader settings cannot make it faster;"
+    )
+    assert remedy in advice
+    assert advice.endswith(" a larger batch, a faster device or a cheaper model can.")
+
+
+def test_the_rest_of_the_advice_reads_in_full() -> None:
+    slow_start = diagnose_config("best", at(TWO_WORKERS, 1000, wait=0.01, startup=2.5))
+    assert slow_start.advice == (
+        "workers take 2.5 s to start at every epoch: persistent_workers=True pays that once.",
+        "the ceilings were not measured (search with ceilings=True) to tell whether a loader "
+        "setting or only a change outside them can help.",
+    )
+    above = diagnose_config("best", at(FOUR_WORKERS, 1500), compute=figures(1000))
+    assert above.advice[-1] == (
+        "it measured 150% of a ceiling it cannot beat (1,000 samples/s): the two were "
+        "measured at different moments and the machine's load changed between them (other "
+        "processes?); measure on a quiet machine for firm figures."
+    )
+    noisy = Figures(
+        windows=tuple(
+            Window(index=i, seconds=1.0, samples=s, fresh=s, steps=1, wait_seconds=0.0)
+            for i, s in enumerate((50, 100, 150))
+        )
+    )
+    spread = diagnose_config(
+        "best", Measurement(settings=FOUR_WORKERS, figures=noisy), compute=figures(100)
+    )
+    assert spread.advice[-1] == (
+        "its windows vary by 50% (stdev / mean): read these figures as approximate; a longer "
+        "window_seconds steadies them."
+    )
+
+
+def test_a_loading_bound_config_reads_in_full() -> None:
+    diagnosis = diagnose_config(
+        "best",
+        at(FOUR_WORKERS, 900, wait=0.5),
+        compute=figures(4000),
+        data=figures(950),
+        loader_limit=limit(1000),
+    )
+    assert diagnosis.advice == (
+        "loading (read, decode, augment) is the bottleneck whatever the loader's settings: "
+        "alone, at its best measured (with 8 workers), it delivers 1,000 samples/s while the "
+        "model could train 4,000. Only changes outside the loader close that gap: preprocess "
+        "offline, cache decoded data, ship smaller samples (uint8, normalised on the device), "
+        'or echo batches (space={"echo": [1, 2, 4]}; it changes what is learned).',
+    )
+    assert "data ceiling (this loader alone, 4 workers): 950 samples/s" in diagnosis.evidence
+
+
+@pytest.mark.parametrize("cpus", [None, 2])
+def test_loading_and_training_competing_for_the_cpus_reads_in_full(cpus) -> None:
+    one = Settings(batch_size=32, num_workers=1, prefetch_factor=2)
+    diagnosis = diagnose_config(
+        "best",
+        at(one, 900, wait=0.5),
+        compute=figures(4000),
+        data=figures(3800),
+        loader_limit=limit(4000),
+        cpus=cpus,
+    )
+    on_cpus = f" on {cpus} CPUs" if cpus else ""
+    assert diagnosis.advice == (
+        "the loader alone delivers 4,000 samples/s, enough for the model (4,000), yet beside "
+        f"the training{on_cpus} this config waits: loading and training compete for the "
+        "CPUs. Cheaper loading (preprocessed or cached data, augmentation on the device) "
+        "helps; on a GPU, pin_memory speeds the copy.",
+    )
+    # Without workers, the advice is to start some, not that workers compete.
+    none = diagnose_config(
+        "default loader",
+        at(NO_WORKERS, 900, wait=0.5),
+        compute=figures(4000),
+        data=figures(3800),
+        loader_limit=limit(4000),
+    )
+    assert len(none.advice) == 1 and said(none, "(num_workers=0)")
+
+
+def test_more_workers_already_searched_reads_in_full() -> None:
+    diagnosis = diagnose_config(
+        "best",
+        at(TWO_WORKERS, 900, wait=0.5),
+        compute=figures(4000),
+        data=figures(1000),
+        loader_limit=limit(2000),
+        searched=Searched(max_workers=8),
+    )
+    assert diagnosis.advice[0] == (
+        "the loader alone with 8 workers delivers 2,000 samples/s, 2.0x this loader's 1,000 "
+        "with 2, yet the search trained with up to 8 workers and 2 trained fastest: beside "
+        "the training, more workers cost the CPU time they save."
+    )
+
+
+MACHINE = Machine(cpus=2, cpu_model="x", memory_bytes=2**30, shm_bytes=None, accelerator="cpu")
+
+
+def result_with(**fields: object) -> SearchResult:
+    """A data-bound winner (4 workers) and default loader, every ceiling measured."""
+    base: dict[str, object] = {
+        "settings": FOUR_WORKERS,
+        "figures": figures(900, wait=0.5),
+        "device": "cpu",
+        "machine": MACHINE,
+        "baseline": at(NO_WORKERS, 300, wait=0.6),
+        "ceilings": {"compute": figures(4000), "data": figures(950)},
+        "baseline_ceilings": {"compute": figures(3000), "data": figures(500)},
+        "loader_limit": limit(1000),
+        "space": {"num_workers": {"low": 0, "high": 8}, "echo": {"choices": [1, 2]}},
+    }
+    return SearchResult(**{**base, **fields})  # type: ignore[arg-type]
+
+
+def test_a_results_diagnoses_use_its_machine_space_and_figures() -> None:
+    best, default = diagnose(result_with())
+    for diagnosis in (best, default):
+        # Its CPUs, the loader alone at 8 workers, and the echo its space searched.
+        assert said(diagnosis, "(with 8 workers on 2 CPUs), it delivers 1,000 samples/s")
+        assert said(diagnosis, "or echo batches (searched: it did not pay here).")
+        assert diagnosis.loader_limit == pytest.approx(1000) and diagnosis.limit_workers == 8
+    assert best.data_ceiling == pytest.approx(950)
+    assert default.data_ceiling == pytest.approx(500)
+
+
+def test_each_diagnosis_judges_the_loader_by_the_best_loader_alone_of_the_search() -> None:
+    fast = {"compute": figures(40000)}
+    # The winner's loader alone delivered the most: the default is judged by it too.
+    winner = result_with(
+        ceilings={**fast, "data": figures(5000)}, baseline_ceilings={**fast, "data": figures(500)}
+    )
+    for diagnosis in diagnose(winner):
+        assert said(diagnosis, "(with 4 workers on 2 CPUs), it delivers 5,000 samples/s")
+    # The default's did: the winner is judged by it.
+    default = result_with(
+        ceilings={**fast, "data": figures(950)}, baseline_ceilings={**fast, "data": figures(6000)}
+    )
+    for diagnosis in diagnose(default):
+        assert said(diagnosis, "(with 0 workers on 2 CPUs), it delivers 6,000 samples/s")
+    # Without a default loader measured, its ceilings do not count.
+    (alone,) = diagnose(
+        result_with(
+            baseline=None,
+            ceilings={**fast, "data": figures(950)},
+            baseline_ceilings={"data": figures(6000)},
+        )
+    )
+    assert said(alone, "(with 8 workers on 2 CPUs), it delivers 1,000 samples/s")
+
+
+def test_a_result_without_any_loader_alone_figure_is_diagnosed_too() -> None:
+    best, default = diagnose(
+        result_with(loader_limit=None, ceilings={"compute": figures(4000)}, baseline_ceilings={})
+    )
+    assert best.data_ceiling is None and best.loader_limit is None
+    assert not said(best, "whatever the loader's settings")
+    assert said(default, "the ceilings were not measured")
+
+
+def test_loader_alone_figures_under_one_sample_per_second_count() -> None:
+    # A large model: every figure below one sample/s; the default's loader alone the best.
+    slow = {"seconds": 100.0}
+    result = result_with(
+        figures=figures(0.4, wait=0.5, **slow),
+        baseline=at(NO_WORKERS, 0.3, wait=0.6, **slow),
+        ceilings={"compute": figures(10, **slow), "data": figures(0.5, **slow)},
+        baseline_ceilings={"compute": figures(10, **slow), "data": figures(0.8, **slow)},
+        loader_limit=limit(0.6, **slow),
+    )
+    best, _ = diagnose(result)
+    assert said(best, "(with 0 workers on 2 CPUs), it delivers 0.8 samples/s")

@@ -25,9 +25,9 @@ def measured(settings: Settings, *rates: float | None) -> Rounds:
                     windows=(
                         Window(
                             index=0,
-                            seconds=1.0,
-                            samples=round(rate),
-                            fresh=round(rate),
+                            seconds=100.0,
+                            samples=round(100 * rate),
+                            fresh=round(100 * rate),
                             steps=1,
                             wait_seconds=0.0,
                         ),
@@ -100,3 +100,37 @@ def test_the_speedup_is_paired_round_by_round() -> None:
     chosen = measured(workers(2), 200, 330, 240)
     default = measured(DEFAULT, 100, 300, None)
     assert paired_ratios(chosen, default) == pytest.approx((2.0, 1.1))
+
+
+def test_a_config_measured_in_no_round_has_no_typical_round() -> None:
+    with pytest.raises(ValueError, match="measured in no round"):
+        measured(workers(2), None, None).typical()
+
+
+def test_the_spread_of_two_rounds_counts_and_small_rates_too() -> None:
+    assert relative_spread([90, 110]) == pytest.approx(0.1)
+    assert relative_spread([0.5, 1.5]) == pytest.approx(0.5)  # a large model: < 1 sample/s
+    assert relative_spread([0, 0]) is None  # nothing measured: no spread, no division by 0
+    assert round_noise([measured(workers(1), 90, 110)]) == pytest.approx(0.1)
+
+
+def test_beating_the_default_means_beyond_the_band_not_at_it() -> None:
+    default = measured(DEFAULT, 1000, 1000, 1000)
+    at_band = [measured(workers(2), 1250, 1250, 1250)]  # exactly 25% faster
+    assert verdict(at_band, default, band=0.25, user_batch=32) is default
+    beyond = [measured(workers(2), 1251, 1251, 1251)]
+    assert verdict(beyond, default, band=0.25, user_batch=32) is beyond[0]
+
+
+def test_without_a_default_the_cheapest_near_the_fastest_is_chosen() -> None:
+    finalists = [measured(workers(8), 1000, 1000), measured(workers(2), 980, 980)]
+    assert verdict(finalists, None, band=0.03, user_batch=32) is finalists[1]
+    assert verdict(finalists, None, band=0.01, user_batch=32) is finalists[0]
+    with pytest.raises(ValueError, match="every round"):
+        verdict([], None, band=0.03, user_batch=32)
+
+
+def test_the_speedup_leaves_out_rounds_the_default_measured_nothing_in() -> None:
+    chosen = measured(workers(2), 200, 300, 1.5)
+    default = measured(DEFAULT, 0, 100, 0.5)  # nothing in round 1; under 1 sample/s in round 3
+    assert paired_ratios(chosen, default) == pytest.approx((3.0, 3.0))

@@ -8,7 +8,7 @@ import optuna
 import pytest
 from torch.utils.data import DataLoader
 
-from autotune import SpaceError
+from autotune import Settings, SpaceError
 from autotune.machine._machine import Machine
 from autotune.space._space import Choices, Fixed, IntRange, build_space
 
@@ -167,3 +167,197 @@ def test_neighbors_start_and_stop_workers() -> None:
     assert started and started[0].prefetch_factor == 2
     stopped = [s for s in space.neighbors(started[0]) if s.num_workers == 0]
     assert stopped == [none]
+
+
+CPU_NOTE = "pin_memory: left out: it needs an accelerator and this search runs on CPU."
+GPU_NOTE = "threads: left out: the model runs on the GPU."
+ECHO_NOTE = "echo: fixed at 1 (it changes what is learned; opt in with space['echo'])."
+
+
+@pytest.mark.parametrize(
+    ("machine", "notes"),
+    [
+        (CPU, [CPU_NOTE, "amp: left out: this CPU has no native bf16 and fp16 is for GPUs."]),
+        (CPU_BF16, [CPU_NOTE, "amp: fp16 left out: it is for GPUs; the CPU runs bf16."]),
+        (GPU, [GPU_NOTE]),
+        (
+            dataclasses.replace(GPU, gpu_bf16=False),
+            [GPU_NOTE, "amp: bf16 left out: the GPU does not support it."],
+        ),
+    ],
+)
+def test_the_notes_say_what_each_machine_leaves_out(machine, notes) -> None:
+    assert build_space({}, machine, batch_size=32).notes == (*notes, ECHO_NOTE)
+    # What the user sets is not left out, so it gets no note.
+    chosen = build_space({"amp": "off", "echo": [1, 2]}, machine, batch_size=32)
+    assert chosen.notes == tuple(n for n in notes if not n.startswith("amp"))
+
+
+def test_defaults_follow_the_cpus_and_the_batch_size() -> None:
+    one = dataclasses.replace(CPU, cpus=1)
+    space = build_space({}, one, batch_size=2)
+    assert space.num_workers == IntRange(0, 4)  # at least 4, even on one CPU
+    assert space.threads == Fixed(1)
+    assert space.batch_size == Choices((1, 2, 4))
+    assert build_space({}, one, batch_size=1).batch_size == Choices((1, 2))
+    assert space.prefetch_factor == Choices((1, 2, 4, 8))
+    assert space.persistent_workers == Choices((False, True))
+    # 4 per CPU, up to 32.
+    assert build_space({}, GPU, batch_size=32).num_workers == IntRange(0, 32)
+    many = dataclasses.replace(CPU, cpus=9)
+    assert build_space({}, many, batch_size=32).num_workers == IntRange(0, 32)
+    assert build_space({}, dataclasses.replace(CPU, cpus=7), batch_size=32).num_workers == (
+        IntRange(0, 28)
+    )
+    # A rank's share of the CPUs, or a given bound, instead of the machine's.
+    ranked = build_space({}, CPU, batch_size=32, rank_cpus=1)
+    assert ranked.num_workers == IntRange(0, 4) and ranked.threads == Fixed(1)
+    assert build_space({}, CPU, batch_size=32, max_workers=3).num_workers == IntRange(0, 3)
+
+
+def test_single_values_fix_a_knob_and_lists_are_sorted() -> None:
+    space = build_space(
+        {
+            "batch_size": [64],
+            "num_workers": [4, 0, 2, 4],
+            "echo": {"low": 2, "high": 2},
+            "prefetch_factor": (2, 2),
+            "threads": [None],
+        },
+        CPU,
+        batch_size=32,
+    )
+    assert space.batch_size == Fixed(64)
+    assert space.num_workers == Choices((0, 2, 4))
+    assert space.echo == Fixed(2)
+    assert space.prefetch_factor == Fixed(2)
+    assert space.threads == Fixed(None)
+    assert all(s.batch_size == 64 and s.echo == 2 for s in space.configs())
+
+
+def test_none_is_a_value_only_for_threads() -> None:
+    assert build_space({"threads": None}, CPU, batch_size=32).threads == Fixed(None)
+    assert build_space({"threads": [None, 2]}, CPU, batch_size=32).threads == Choices((None, 2))
+    for knob in ("num_workers", "prefetch_factor", "batch_size", "echo"):
+        with pytest.raises(SpaceError, match=f"holds None; {knob} must be an integer"):
+            build_space({knob: None}, CPU, batch_size=32)
+    with pytest.raises(SpaceError, match="holds 0; threads must be an integer >= 1"):
+        build_space({"threads": [None, 0]}, CPU, batch_size=32)
+
+
+@pytest.mark.parametrize(
+    ("user", "message"),
+    [
+        ({"echo": 0}, "echo must be an integer >= 1"),
+        ({"threads": 0}, "threads must be an integer >= 1"),
+        ({"batch_size": True}, "holds True; batch_size must be an integer"),
+        ({"num_workers": "4"}, "holds '4'; num_workers must be an integer"),
+        ({"threads": {"low": 1, "high": 2.5}}, "expected integers with low <= high"),
+        ({"threads": {"min": 1}}, r"space\['threads'\] is \{'min': 1\}; a range is written"),
+        ({"amp": "bf16"}, r"does not run natively; allowed here: \['off'\]"),
+        (
+            {"pin_memory": [False, True]},
+            "runs on CPU; pinned memory only helps .* Remove it or set it to False",
+        ),
+        (
+            {"num_workers": [0], "persistent_workers": False},
+            "fixes num_workers at 0; persistent_workers only applies with workers. "
+            "Allow num_workers",
+        ),
+    ],
+)
+def test_more_bad_spaces_are_rejected(user, message) -> None:
+    with pytest.raises(SpaceError, match=message):
+        build_space(user, CPU, batch_size=32)
+
+
+def test_good_spaces_are_accepted() -> None:
+    assert build_space({"num_workers": 0}, CPU, batch_size=32).num_workers == Fixed(0)
+    bf16 = build_space({"amp": ["off", "bf16"]}, CPU_BF16, batch_size=32)
+    assert bf16.amp == Choices(("off", "bf16"))
+    assert build_space({"pin_memory": False}, CPU, batch_size=32).pin_memory == Fixed(False)
+    assert build_space({"echo": [1, 2]}, CPU, batch_size=32).echo == Choices((1, 2))
+    assert build_space({"threads": 1}, CPU, batch_size=32).threads == Fixed(1)
+
+
+def test_size_counts_one_config_without_workers_whatever_the_worker_counts() -> None:
+    for workers in ([0, 2], [1, 2], [0, 1, 2, 3]):
+        space = build_space({"num_workers": workers}, CPU, batch_size=32)
+        assert space.size() == len(list(space.configs()))
+
+
+def test_snap_reads_none_as_torchs_defaults() -> None:
+    space = build_space(
+        {"num_workers": [0, 2], "prefetch_factor": [1, 4], "threads": {"low": 1, "high": 2}},
+        CPU,
+        batch_size=32,
+    )
+    # prefetch_factor None is torch's 2 (nearer 1 than 4); threads None is not a count.
+    snapped = space.snap(Settings(batch_size=32, num_workers=2, amp="bf16"))
+    assert snapped.prefetch_factor == 1
+    assert snapped.threads == 1
+    assert snapped.amp == "off"  # not in the space: its first value
+    assert space.contains(snapped)
+
+
+def test_neighbors_of_a_config_without_workers_move_one_knob() -> None:
+    space = build_space({"num_workers": [0, 1], "prefetch_factor": [1, 4]}, CPU, batch_size=32)
+    none = Settings(batch_size=32, threads=1)
+    around = {s.key(): s for s in space.neighbors(none)}
+    # Starting workers takes torch's prefetch (2, snapped to the nearer 1), not persistent.
+    started = Settings(batch_size=32, num_workers=1, prefetch_factor=1, threads=1)
+    expected = [
+        started,
+        dataclasses.replace(none, batch_size=16),
+        dataclasses.replace(none, batch_size=64),
+        dataclasses.replace(none, threads=2),
+    ]
+    assert around == {s.key(): s for s in expected}
+
+
+def test_moving_the_workers_keeps_the_other_worker_knobs() -> None:
+    space = build_space({"num_workers": [0, 1, 2]}, CPU, batch_size=32)
+    one = Settings(batch_size=32, num_workers=1, prefetch_factor=4, persistent_workers=True)
+    moved = [s for s in space.neighbors(dataclasses.replace(one, threads=1)) if s.num_workers == 2]
+    assert [(s.prefetch_factor, s.persistent_workers) for s in moved] == [(4, True)]
+
+
+def test_neighbors_of_a_config_outside_the_space_move_the_knobs_inside_it() -> None:
+    space = build_space({"num_workers": [0, 2, 4]}, CPU, batch_size=32)
+    outside = Settings(batch_size=32, num_workers=3, prefetch_factor=2, threads=1)
+    around = space.neighbors(outside)
+    assert {s.batch_size for s in around} >= {16, 64}
+    assert all(space.contains(s) for s in around)
+
+
+def test_the_space_as_the_study_records_it_and_as_it_reads() -> None:
+    space = build_space(
+        {"num_workers": [0, 2, 4], "threads": {"low": 1, "high": 2}}, CPU, batch_size=32
+    )
+    notes = [
+        CPU_NOTE,
+        "amp: left out: this CPU has no native bf16 and fp16 is for GPUs.",
+        ECHO_NOTE,
+    ]
+    assert space.to_dict() == {
+        "num_workers": {"choices": [0, 2, 4]},
+        "prefetch_factor": {"choices": [1, 2, 4, 8]},
+        "persistent_workers": {"choices": [False, True]},
+        "pin_memory": {"fixed": False},
+        "batch_size": {"choices": [16, 32, 64]},
+        "amp": {"fixed": "off"},
+        "echo": {"fixed": 1},
+        "threads": {"low": 1, "high": 2},
+        "notes": notes,
+    }
+    assert space.describe() == [
+        "num_workers: one of 0, 2, 4",
+        "prefetch_factor: one of 1, 2, 4, 8 (with workers)",
+        "persistent_workers: one of False, True (with workers)",
+        "pin_memory: fixed at False",
+        "batch_size: one of 16, 32, 64",
+        "amp: fixed at off",
+        "echo: fixed at 1",
+        "threads: 1..2",
+        *notes,
+    ]

@@ -82,11 +82,7 @@ def confirm(
     """
     options = plan.options
     user_batch = baseline.batch_size
-    configs = [
-        s
-        for s in _finalist_settings(plan, explored, progress, user_batch)
-        if not same_as_default(s, baseline, default_threads)
-    ]
+    configs = _finalist_settings(plan, explored, progress, baseline, default_threads)
     order = [*configs, baseline]
     roles = ["confirm"] * len(configs) + ["baseline"]
     progress.phase(
@@ -137,15 +133,29 @@ def same_as_default(settings: Settings, default: Settings, default_threads: int 
 
 
 def _finalist_settings(
-    plan: ExplorePlan, explored: list[Candidate], progress: Progress, user_batch: int
+    plan: ExplorePlan,
+    explored: list[Candidate],
+    progress: Progress,
+    baseline: Settings,
+    default_threads: int | None,
 ) -> list[Settings]:
+    """The finalists, and the leader's loader without workers when it trains at its compute
+    ceiling; never the default loader, which every round measures anyway (measured twice,
+    it could beat itself and be recommended as if it were not the default), nor a config
+    that is the default in effect (its threads spelled out as torch's default)."""
     tolerance = plan.options.tolerance
-    chosen = finalists(explored, tolerance, plan.options.finalists, user_batch=user_batch)
-    configs = [c.settings for c in chosen]
+    chosen = finalists(explored, tolerance, plan.options.finalists, user_batch=baseline.batch_size)
+    configs = [
+        c.settings for c in chosen if not same_as_default(c.settings, baseline, default_threads)
+    ]
     lighter = without_workers(chosen[0], plan.bounds, plan.space, tolerance) if chosen else None
-    if lighter is not None and lighter.key() not in {s.key() for s in configs}:
+    if (
+        lighter is not None
+        and lighter.key() not in {s.key() for s in configs}
+        and not same_as_default(lighter, baseline, default_threads)
+    ):
         progress.message(
-            f"{configs[0].describe()} trains at the model's own ceiling: its loader "
+            f"{chosen[0].settings.describe()} trains at the model's own ceiling: its loader "
             "without workers is confirmed beside it"
         )
         configs.append(lighter)
