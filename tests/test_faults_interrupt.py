@@ -201,7 +201,9 @@ def test_sigkill_of_the_search(tmp_path, monkeypatch, capsys) -> None:
     while alive and time.monotonic() < deadline:
         for driver, search in list(alive.items()):
             if running_trial(places[driver].study, at_least=1) is not None:
-                time.sleep(0.3)  # measuring
+                # Killed at once: a trial the pruner stops after its first window (0.2 s
+                # after start-up) would otherwise end first, and none be left running.
+                time.sleep(0.05)
                 search.process.kill()
                 del alive[driver]
         time.sleep(0.05)
