@@ -50,9 +50,10 @@ QUICK = {
     "trial_timeout": 20.0,
     "ceilings": False,
     "bounds": False,
-    "rounds": 2,
+    "rounds": 1,
 }
-"""Search options that keep a test search to a few seconds."""
+"""Search options that keep a test search to a few seconds (one confirming round: the
+rounds themselves are tested with a stand-in backend, and by one real search in two)."""
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import optuna
 import pytest
 import workloads
-from conftest import QUICK, quick
+from conftest import quick
 from torch.utils.data import DataLoader
 
 import autotune
@@ -25,7 +25,7 @@ def small_search(**options):
 
 
 def test_a_search_saves_its_trials_and_returns_a_tuned_loader(workdir) -> None:
-    result = small_search()
+    result = small_search(rounds=2)
     assert (workdir / "studies" / "small.db").exists()
     assert result.study_path == "studies/small.db"
     assert result.confirmed
@@ -43,7 +43,7 @@ def test_a_search_saves_its_trials_and_returns_a_tuned_loader(workdir) -> None:
     study = optuna.load_study(study_name="small", storage="sqlite:///studies/small.db")
     roles = [r.role for r in records(study)]
     # The default loader is measured once in each interleaved round, beside the finalists.
-    assert roles.count("baseline") == result.rounds == QUICK["rounds"]
+    assert roles.count("baseline") == result.rounds == 2
     assert roles.count("confirm") >= result.rounds
     assert roles.count("explore") == 8
     meta = study.user_attrs["autotune"]
