@@ -9,7 +9,6 @@ from collections.abc import Callable
 
 import optuna
 import pytest
-from conftest import QUICK
 
 import autotune
 from autotune import SearchResult, Settings
@@ -277,7 +276,6 @@ def test_rounds_is_a_search_option() -> None:
     assert SearchOptions().rounds == 3
     with pytest.raises(autotune.ConfigError, match="rounds is 0"):
         SearchOptions(rounds=0)
-    assert QUICK["rounds"] >= 1
 
 
 def test_the_confirmed_flag_and_intervals_survive_the_study() -> None:
