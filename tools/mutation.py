@@ -7,7 +7,8 @@
 For each (module, tests) pair, mutmut 3 runs in a scratch copy of the project,
 mutants/<name>/, whose pyproject.toml gets a [tool.mutmut] table naming that module
 and those tests (mutmut reads one configuration per directory). mutmut then runs, for
-each mutant, the tests of that file that call the mutated function.
+each mutant, the tests of that file that call the mutated function. The copy stays
+there after the run: `cd mutants/rounds && mutmut show <mutant>` (or `mutmut browse`).
 
 mutmut mutates code inside functions only: module-level constants (the thresholds
 and minimums the decisions rest on) are never changed by it. So each module-level
@@ -17,8 +18,9 @@ each side of it.
 
 Survivors that change nothing observable are listed, each with its reason, in
 tools/mutation_exclusions.toml; they are matched by the lines a mutant changes, not
-by mutmut's numbering. Exit status 1 when a module scores under --min-score or a
-constant survives a nudge.
+by mutmut's numbering. A module's score is (killed + timeout) / (mutants - excluded):
+a mutant with no test to run counts against it. Exit status 1 when a module scores
+under --min-score or a constant survives a nudge.
 """
 
 from __future__ import annotations
@@ -157,8 +159,13 @@ def json_str(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def find_mutmut() -> str | None:
+    """The mutmut beside this Python (its virtual environment's), else the one on PATH."""
+    return shutil.which("mutmut", path=str(Path(sys.executable).parent)) or shutil.which("mutmut")
+
+
 def mutmut(directory: Path, *args: str, log: Path | None = None) -> str:
-    executable = shutil.which("mutmut", path=str(Path(sys.executable).parent)) or "mutmut"
+    executable = find_mutmut() or "mutmut"
     with open(log or os.devnull, "w") as out:
         done = subprocess.run(
             [executable, *args],
@@ -378,6 +385,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if unknown := sorted(set(args.names) - set(PAIRS)):
         parser.error(f"unknown {unknown}; the modules are {list(PAIRS)}")
+    if find_mutmut() is None:
+        parser.error("mutmut not found: pip install -e '.[dev]' (it needs mutmut 3.8 or later)")
     exclusions = load_exclusions()
     names = args.names or list(PAIRS)
     reports = [test_module(n, args.jobs, exclusions, not args.no_constants) for n in names]
