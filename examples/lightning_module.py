@@ -90,7 +90,7 @@ def main() -> None:
         study="studies/lightning_module.db",
         trials=3,
         finalists=1,
-        rounds=2,
+        rounds=1,
         window_seconds=0.2,
         max_windows=3,
         warmup_seconds=0.1,
