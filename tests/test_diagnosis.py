@@ -747,3 +747,38 @@ def test_loader_alone_figures_under_one_sample_per_second_count() -> None:
     )
     best, _ = diagnose(result)
     assert said(best, "(with 0 workers on 2 CPUs), it delivers 0.8 samples/s")
+
+
+@pytest.mark.parametrize(
+    ("share", "shown"), [(0.045, False), (0.049, False), (0.055, True), (0.2, True)]
+)
+def test_the_copy_line_starts_just_past_five_percent(share: float, shown: bool) -> None:
+    # Literal shares, not ones derived from COPY_MATTERS, so moving it is noticed.
+    diagnosis = diagnose_config("best", copying(NO_WORKERS, share), device="cuda:0")
+    lines = [a for a in diagnosis.advice if a.startswith("host-to-device copy")]
+    assert bool(lines) is shown
+
+
+@pytest.mark.parametrize(
+    ("device", "pin_advice"),
+    [("cuda:0", True), ("cuda", True), ("xpu:1", True), ("cpu", False), (None, False)],
+)
+def test_pinning_is_advised_only_for_an_accelerator(device: str | None, pin_advice: bool) -> None:
+    diagnosis = diagnose_config("best", copying(NO_WORKERS, 0.2), device=device)
+    (line,) = [a for a in diagnosis.advice if a.startswith("host-to-device copy")]
+    assert ("pin_memory would overlap it" in line) is pin_advice
+    assert ("smaller samples" in line) is not pin_advice
+
+
+def test_diagnose_passes_the_results_device() -> None:
+    measured = copying(NO_WORKERS, 0.2)
+    result = SearchResult(
+        settings=measured.settings,
+        figures=measured.figures,
+        device="cuda:0",
+        machine=Machine(
+            cpus=2, cpu_model="x", memory_bytes=2**30, shm_bytes=None, accelerator="cuda"
+        ),
+    )
+    (best,) = diagnose(result)
+    assert any("pin_memory would overlap it" in a for a in best.advice)
