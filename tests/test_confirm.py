@@ -474,3 +474,20 @@ def test_the_default_loader_is_measured_once_a_round_not_again_as_a_finalist() -
     backend, confirmed = run(lambda s, r: 1000.0, explored=explored)
     assert backend.orders[0] == [c.key() for c in (workers(4), DEFAULT)]
     assert confirmed.is_default
+
+
+def test_the_loader_without_workers_is_left_out_when_it_is_the_default_in_effect() -> None:
+    # The leader at its ceiling, without workers, is the default loader with torch's own
+    # 2 threads spelled out: the default loader already measures it every round.
+    leader = Settings(batch_size=32, num_workers=4, prefetch_factor=2, threads=2)
+    twin = Settings(batch_size=32, threads=2)
+    space = build_space({"threads": [1, 2]}, detect_machine(None), 32)
+    explored = [Candidate(leader, 1000.0), Candidate(workers(2), 900.0)]
+    for default_threads, joins in ((2, False), (1, True)):
+        backend = SetFigures(lambda s, r: 1000.0)
+        plan_ = plan(bounds=ceiling_at(1010.0, leader), space=space)
+        confirm(
+            backend, plan_, explored, DEFAULT, QuietProgress(), later=0,
+            default_threads=default_threads,
+        )  # fmt: skip
+        assert (twin.key() in backend.orders[0]) is joins
