@@ -761,7 +761,14 @@ def test_the_copy_line_starts_just_past_five_percent(share: float, shown: bool) 
 
 @pytest.mark.parametrize(
     ("device", "pin_advice"),
-    [("cuda:0", True), ("cuda", True), ("xpu:1", True), ("cpu", False), (None, False)],
+    [
+        ("cuda:0", True),
+        ("cuda", True),
+        ("xpu:1", True),
+        ("cpu", False),
+        ("cpu:0", False),
+        (None, False),
+    ],
 )
 def test_pinning_is_advised_only_for_an_accelerator(device: str | None, pin_advice: bool) -> None:
     diagnosis = diagnose_config("best", copying(NO_WORKERS, 0.2), device=device)
@@ -775,10 +782,12 @@ def test_diagnose_passes_the_results_device() -> None:
     result = SearchResult(
         settings=measured.settings,
         figures=measured.figures,
+        baseline=copying(NO_WORKERS, 0.3),
         device="cuda:0",
         machine=Machine(
             cpus=2, cpu_model="x", memory_bytes=2**30, shm_bytes=None, accelerator="cuda"
         ),
     )
-    (best,) = diagnose(result)
-    assert any("pin_memory would overlap it" in a for a in best.advice)
+    best, default = diagnose(result)
+    for diagnosis in (best, default):
+        assert any("pin_memory would overlap it" in a for a in diagnosis.advice)
