@@ -6,31 +6,16 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch.distributed as dist
-from torch.utils.data import Dataset, DistributedSampler
+from test_online import TINY, Indices
+from torch.utils.data import DistributedSampler
 
 import autotune
 from autotune.inloop._ddp import SYNC_STEPS, Ranks
-
-TINY = {"budget_fraction": 1.0, "window_seconds": 0.0, "windows": 1, "retune": False}
-
-
-class Indices(Dataset[int]):
-    def __init__(self, length: int = 160, delay: float = 0.002) -> None:
-        self.length = length
-        self.delay = delay
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __getitem__(self, index: int) -> int:
-        time.sleep(self.delay)
-        return index
 
 
 @pytest.fixture
