@@ -163,26 +163,28 @@ class SearchResult:
         return self.settings.batch_size
 
     @property
+    def world_size(self) -> int:
+        """Ranks the settings are for: the DDP world, or 1."""
+        return self.ddp.world_size if self.ddp is not None else 1
+
+    @property
     def gradient_accumulation_steps(self) -> int:
         """Batches per optimizer step that keep the user's global batch: the user's batch
         over the chosen global one, when that divides evenly; else 1."""
-        world = self.ddp.world_size if self.ddp is not None else 1
-        return accumulation_steps(self.user_batch, self.settings.batch_size * world)
+        return accumulation_steps(self.user_batch, self.settings.batch_size * self.world_size)
 
     @property
     def global_batch_size(self) -> int:
         """Samples per optimizer step: per-rank batch x ranks x accumulation."""
-        world = self.ddp.world_size if self.ddp is not None else 1
-        return self.settings.batch_size * world * self.gradient_accumulation_steps
+        return self.settings.batch_size * self.world_size * self.gradient_accumulation_steps
 
     def lr_note(self) -> str | None:
         """What the chosen batch means for the learning rate; None when the global batch
         is the user's."""
-        world = self.ddp.world_size if self.ddp is not None else 1
         return lr_note(
             user_batch_size=self.user_batch,
             per_rank_batch_size=self.settings.batch_size,
-            world_size=world,
+            world_size=self.world_size,
             accumulation=self.gradient_accumulation_steps,
         )
 
