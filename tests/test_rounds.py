@@ -6,7 +6,14 @@ from __future__ import annotations
 import pytest
 
 from autotune import Settings
-from autotune.decide._rounds import Rounds, paired_ratios, relative_spread, round_noise, verdict
+from autotune.decide._rounds import (
+    Rounds,
+    beats_every_round,
+    paired_ratios,
+    relative_spread,
+    round_noise,
+    verdict,
+)
 from autotune.probe import Figures, Measurement, Window
 
 DEFAULT = Settings(batch_size=32)
@@ -134,3 +141,28 @@ def test_the_speedup_leaves_out_rounds_the_default_measured_nothing_in() -> None
     chosen = measured(workers(2), 200, 300, 1.5)
     default = measured(DEFAULT, 0, 100, 0.5)  # nothing in round 1; under 1 sample/s in round 3
     assert paired_ratios(chosen, default) == pytest.approx((3.0, 3.0))
+
+
+def test_a_finalist_that_lost_a_round_to_the_default_does_not_beat_it() -> None:
+    # The search of hf-style-text that sold a slowdown: the median is 16% up, beyond
+    # a 5% band, but round 1 measured the default faster (0.87x): not shown faster.
+    default = measured(DEFAULT, 358, 270, 294)
+    lost_one = [measured(workers(2), 311, 340, 344)]
+    assert verdict(lost_one, default, band=0.05, user_batch=32) is default
+    won_all = [measured(workers(2), 360, 340, 344)]  # 1.006x, 1.26x, 1.17x
+    assert verdict(won_all, default, band=0.05, user_batch=32) is won_all[0]
+
+
+@pytest.mark.parametrize(
+    ("chosen", "default", "beats"),
+    [
+        ((101, 200), (100, 199), True),
+        ((100, 200), (100, 199), False),  # a tie is not a win
+        ((101, None), (100, 500), True),  # only rounds that measured both count
+        ((None, None), (100, 100), False),  # no round to compare: not shown faster
+    ],
+)
+def test_beating_every_round_is_strict_and_only_counts_rounds_with_both(
+    chosen: tuple[float | None, ...], default: tuple[float | None, ...], beats: bool
+) -> None:
+    assert beats_every_round(measured(workers(2), *chosen), measured(DEFAULT, *default)) is beats

@@ -8,8 +8,10 @@ Pure functions over the rounds' figures, so the rule is testable alone:
   rounds or more, half its range over its median (how far a round strays from the
   middle), and the median of that over the configs;
 - the band is the larger of the tolerance and that noise;
-- the default loader wins unless a config beats it beyond the band; among those
-  that do, the cheapest within the band of the fastest is chosen;
+- the default loader wins unless a config beats it beyond the band, and in every
+  round both measured (side by side, so a round that slowed the machine slowed both:
+  a config that lost one round has not shown that it is faster); among those that
+  do, the cheapest within the band of the fastest is chosen;
 - the speedup over the default is the median of the per-round ratios (each round
   measures both side by side), its interval their range.
 """
@@ -90,8 +92,9 @@ def verdict(
     band: float,
     user_batch: int,
 ) -> Rounds:
-    """The config to recommend: the default unless a finalist beats it beyond ``band``;
-    otherwise the cheapest of those within ``band`` of the fastest.
+    """The config to recommend: the default unless a finalist beats it beyond ``band``
+    and in every round (:func:`beats_every_round`); otherwise the cheapest of those
+    within ``band`` of the fastest.
 
     Only complete configs count (a failed round's figures are never used).
 
@@ -108,7 +111,12 @@ def verdict(
     near = within(candidates, band)
     if default is not None and has_default:
         beats = default.median * (1.0 + band)
-        near = [c for c in near if c.samples_per_s > beats]
+        by_settings = {r.settings.key(): r for r in complete}
+        near = [
+            c
+            for c in near
+            if c.samples_per_s > beats and beats_every_round(by_settings[c.settings.key()], default)
+        ]
         if not near:
             return default
     pick = cheapest_within(near, band, user_batch=user_batch)
@@ -122,3 +130,10 @@ def paired_ratios(chosen: Rounds, default: Rounds) -> tuple[float, ...]:
         for a, b in zip(chosen.measurements, default.measurements, strict=False)
         if a is not None and b is not None and b.samples_per_s > 0
     )
+
+
+def beats_every_round(chosen: Rounds, default: Rounds) -> bool:
+    """Whether ``chosen`` was faster than ``default`` in every round that measured both
+    (and there was one): the lower end of the speedup's interval is above 1."""
+    ratios = paired_ratios(chosen, default)
+    return bool(ratios) and min(ratios) > 1.0
