@@ -23,11 +23,11 @@ class StepClock:
     """Times the steps of one running DataLoader iterator and closes windows.
 
     After each (re)start the first batch is start-up (workers starting, their first
-    batches), timed on its own, and the first window after it is warm-up, measured
-    but not returned: the batches the workers prefetched while starting come all at
-    once, faster than the loader's steady pace, so the warm-up lasts at least as many
-    steps as were prefetched. A config is judged on its steady pace, as the probes
-    judge it.
+    batches), timed on its own, and the steps after it are warm-up, measured but not
+    returned: the batches the workers prefetched while starting come all at once,
+    faster than the loader's steady pace, so the warm-up lasts as many steps as were
+    prefetched (one at least, without workers: the first step after start-up). A config
+    is judged on its steady pace, as the probes judge it.
 
     Args:
         window_seconds: a window ends at the first step boundary after this long.
@@ -96,8 +96,13 @@ class StepClock:
         self._wait += got - asked
         self._samples += samples
         self._steps += 1
-        least = self.min_steps if self._warm else max(self.min_steps, self._warmup_steps)
-        if self._steps < least or self._seconds < self.window_seconds:
+        if not self._warm:
+            # The warm-up drains what the workers loaded while starting: as many steps
+            # as they prefetch (one at least), however short.
+            if self._steps < max(1, self._warmup_steps):
+                return step, None
+            return step, self._close()
+        if self._steps < self.min_steps or self._seconds < self.window_seconds:
             return step, None
         return step, self._close()
 
