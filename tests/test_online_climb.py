@@ -18,7 +18,7 @@ from autotune.inloop._climb import (
     noise,
     wants_persistent,
 )
-from autotune.inloop._clock import StepClock
+from autotune.inloop._clock import WARM_UP, StepClock
 from autotune.inloop._order import EpochOrder, RemainingBatches, epoch_length
 from autotune.inloop._watch import Watch
 from autotune.probe import Window
@@ -174,8 +174,10 @@ def test_the_clock_times_whole_steps_and_skips_start_up_and_warm_up() -> None:
         if closed_window is not None:
             closed.append(closed_window)
     assert clock.startup_s == pytest.approx(1.0)
-    # Step 1 is warm-up (no workers prefetched: one step); 2-3 and 4-5 make two
-    # windows of 2 steps, 0.5 s each; step 6 starts a third.
+    # Step 1 is warm-up (no workers prefetched: one step), returned for a first look
+    # only; 2-3 and 4-5 make two windows of 2 steps, 0.5 s each; step 6 starts a third.
+    warm_up, *closed = closed
+    assert warm_up.index == WARM_UP and warm_up.steps == 1
     assert len(closed) == 2
     assert closed[0].steps == 2 and closed[0].samples == 8
     assert closed[0].seconds == pytest.approx(1.0)
@@ -188,13 +190,15 @@ def test_the_warm_up_lasts_as_many_steps_as_the_workers_prefetched() -> None:
     time = FakeTime()
     clock = StepClock(window_seconds=0.0, min_steps=2, now=time)
     clock.restart(prefetched=8)  # e.g. 4 workers x prefetch 2, all ready at once
-    steps, closed = 0, None
-    while closed is None and steps < 20:
+    steps, closed = 0, []
+    while len(closed) < 2 and steps < 20:
         asked = time.t
         time.t += 0.1
-        _, closed = clock.fetched(asked, samples=4)
+        _, window = clock.fetched(asked, samples=4)
         steps += 1
+        closed += [window] if window is not None else []
     assert steps == 1 + 8 + 2  # start-up, warm-up, one window
+    assert [(w.index, w.steps) for w in closed] == [(WARM_UP, 8), (0, 2)]
 
 
 def test_a_restart_makes_the_next_batch_start_up_again() -> None:
@@ -324,3 +328,18 @@ def test_a_candidate_far_from_the_current_is_judged_after_one_window(
     verdict = climb.add(waiting(rate, 0.2))
     assert (verdict is not None) is judged
     assert climb.judged is judged
+
+
+def test_a_warm_up_that_waits_most_of_its_time_is_enough_to_jump() -> None:
+    climb = Climb(s(0), LATENCY)
+    climb.glance(waiting(100.0, 0.2, steps=1))
+    assert climb.trying == s(0)  # waiting a fifth: the start is measured as usual
+    climb.glance(waiting(100.0, 0.95, steps=1), cpu_share=0.0)
+    assert climb.trying == s(16)
+
+
+def test_only_the_starts_first_warm_up_is_glanced_at() -> None:
+    climb = Climb(s(0), LATENCY)
+    climb.add(waiting(100.0, 0.2))
+    climb.glance(waiting(100.0, 0.95, steps=1), cpu_share=0.0)
+    assert climb.trying == s(0) and len(climb.rates(s(0))) == 1

@@ -264,6 +264,16 @@ class Climb:
         self._next()
         return verdict
 
+    def glance(self, warm_up: Window, cpu_share: float | None = None) -> None:
+        """A first look at the start's warm-up: when even it waits most of its time for
+        data, the start is judged on it and the climb jumps at once. The warm-up's
+        one-off costs (the first backward's allocations) lengthen the training, not the
+        wait, so they can only make a loop look less data-bound than it is."""
+        start = self.trying == self.current and not self.windows[self.current.key()]
+        if self.done or not start or wait_share([warm_up]) < DATA_BOUND:
+            return
+        self.add(warm_up, cpu_share)
+
     def _judged_now(self, measured: Sequence[Window]) -> bool:
         if len(measured) >= self.options.windows:
             return True

@@ -25,7 +25,7 @@ from autotune.inloop._climb import (
     wants_persistent,
     without_persistence,
 )
-from autotune.inloop._clock import StepClock
+from autotune.inloop._clock import WARM_UP, StepClock
 from autotune.inloop._ddp import SYNC_STEPS, Ranks
 from autotune.inloop._record import Choice, measurements, record_choice
 from autotune.inloop._watch import Watch
@@ -119,7 +119,7 @@ class Tuner:
             self._load_wall += waited
         if self.climb is not None:
             self._climbing(seconds, window)
-        elif window is not None:
+        elif window is not None and window.index != WARM_UP:
             self._watching(window)
 
     def epoch_ended(self, batches: int) -> None:
@@ -147,7 +147,11 @@ class Tuner:
     def _judge(self, climb: Climb, window: Window) -> None:
         measured = climb.trying
         share = self._load_cpu / self._load_wall if self._load_wall > 0 else None
-        verdict = climb.add(window, cpu_share=share)
+        if window.index == WARM_UP:
+            climb.glance(window, cpu_share=share)
+            verdict = None
+        else:
+            verdict = climb.add(window, cpu_share=share)
         if verdict is not None:
             self._why = verdict.describe()
         elif climb.trying != measured:
