@@ -105,7 +105,7 @@ def test_distributed_ranks_share_the_dataset_once(caplog: pytest.LogCaptureFixtu
             assert len(loader) == 20
             seen += one_epoch(loader)
     assert sorted(seen) == list(range(160))
-    assert len(switches(caplog)) >= 4
+    assert len(switches(caplog)) >= 2  # each rank switched in mid-epoch at least once
 
 
 # ----------------------------------------------------------------- IterableDataset

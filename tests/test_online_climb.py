@@ -12,12 +12,13 @@ from autotune.inloop._budget import Budget
 from autotune.inloop._climb import (
     Climb,
     ClimbOptions,
+    jump,
     keeps,
     neighbours,
     noise,
     wants_persistent,
 )
-from autotune.inloop._clock import StepClock
+from autotune.inloop._clock import WARM_UP, StepClock
 from autotune.inloop._order import EpochOrder, RemainingBatches, epoch_length
 from autotune.inloop._watch import Watch
 from autotune.probe import Window
@@ -31,9 +32,11 @@ def s(workers: int = 0, prefetch: int | None = None, pin: bool = False) -> Setti
     return Settings(batch_size=32, num_workers=workers, prefetch_factor=prefetch, pin_memory=pin)
 
 
-def window(rate: float, index: int = 0) -> Window:
+def window(rate: float, index: int = 0, wait: float = 0.2) -> Window:
+    """One second of 4 steps; ``wait`` of it spent waiting for data (by default enough
+    to climb, too little to jump)."""
     return Window(index=index, seconds=1.0, samples=round(rate), fresh=round(rate), steps=4,
-                  wait_seconds=0.0)  # fmt: skip
+                  wait_seconds=wait)  # fmt: skip
 
 
 # ----------------------------------------------------------------- keeping a move
@@ -122,7 +125,8 @@ def test_the_climb_comes_down_from_a_dear_start() -> None:
 
 def test_a_finished_budget_stands_on_the_best_kept() -> None:
     climb = Climb(s(0), OPTIONS)
-    for rate in (100.0, 100.0, 100.0, 300.0, 300.0, 300.0, 50.0):
+    # Two workers, three times as fast, are kept after one window; four are measuring.
+    for rate in (100.0, 100.0, 100.0, 300.0, 300.0):
         climb.add(window(rate))
     assert climb.trying == s(4)
     climb.finish()
@@ -170,7 +174,10 @@ def test_the_clock_times_whole_steps_and_skips_start_up_and_warm_up() -> None:
         if closed_window is not None:
             closed.append(closed_window)
     assert clock.startup_s == pytest.approx(1.0)
-    # Steps 1-2 are warm-up; 3-4 and 5-6 make two windows of 2 steps, 0.5 s each.
+    # Step 1 is warm-up (no workers prefetched: one step), returned for a first look
+    # only; 2-3 and 4-5 make two windows of 2 steps, 0.5 s each; step 6 starts a third.
+    warm_up, *closed = closed
+    assert warm_up.index == WARM_UP and warm_up.steps == 1
     assert len(closed) == 2
     assert closed[0].steps == 2 and closed[0].samples == 8
     assert closed[0].seconds == pytest.approx(1.0)
@@ -183,13 +190,15 @@ def test_the_warm_up_lasts_as_many_steps_as_the_workers_prefetched() -> None:
     time = FakeTime()
     clock = StepClock(window_seconds=0.0, min_steps=2, now=time)
     clock.restart(prefetched=8)  # e.g. 4 workers x prefetch 2, all ready at once
-    steps, closed = 0, None
-    while closed is None and steps < 20:
+    steps, closed = 0, []
+    while len(closed) < 2 and steps < 20:
         asked = time.t
         time.t += 0.1
-        _, closed = clock.fetched(asked, samples=4)
+        _, window = clock.fetched(asked, samples=4)
         steps += 1
+        closed += [window] if window is not None else []
     assert steps == 1 + 8 + 2  # start-up, warm-up, one window
+    assert [(w.index, w.steps) for w in closed] == [(WARM_UP, 8), (0, 2)]
 
 
 def test_a_restart_makes_the_next_batch_start_up_again() -> None:
@@ -248,3 +257,89 @@ def test_epoch_length_counts_as_a_dataloader_does() -> None:
     assert epoch_length(range(10), None, 3, drop_last=False) == 4
     assert epoch_length(range(10), None, 3, drop_last=True) == 3
     assert epoch_length(object(), None, 3, drop_last=False) is None
+
+
+# ----------------------------------------------------------------- the shortcuts
+def waiting(rate: float, wait: float, steps: int = 4) -> Window:
+    """One second of ``steps`` steps, ``wait`` of it waiting for data."""
+    return Window(index=0, seconds=1.0, samples=round(rate), fresh=round(rate), steps=steps,
+                  wait_seconds=wait)  # fmt: skip
+
+
+LATENCY = ClimbOptions(max_workers=16, cpus=2, windows=3)
+
+
+@pytest.mark.parametrize(
+    ("wait", "cpu_share", "workers"),
+    [
+        (0.75, 0.0, 4),  # 0.1875 s loads, 0.0625 s of training: 3 workers x 1.25 -> 4
+        (0.95, 0.0, 16),  # far more wanted than the most: the most
+        (0.95, 0.9, 2),  # CPU-bound loading: no more than the CPUs (2: no jump)
+        (0.3, 0.0, None),  # 1 worker would do: no further than the first neighbour
+    ],
+)
+def test_a_jump_aims_at_the_workers_that_feed_the_loop(
+    wait: float, cpu_share: float, workers: int | None
+) -> None:
+    leap = jump(s(0), [waiting(100.0, wait)], LATENCY, cpu_share)
+    if workers is None or workers <= 2:
+        assert leap is None
+    else:
+        assert leap == s(workers)
+
+
+def test_with_workers_a_jump_counts_each_workers_load_as_that_many_steps() -> None:
+    # 2 workers, steps of 0.25 s of which 0.2 waiting: a batch takes a worker 0.5 s,
+    # training one 0.05 s: 10 workers x 1.25 -> 13.
+    leap = jump(s(2), [waiting(100.0, 0.8)], LATENCY, cpu_share=None)
+    assert leap is None  # unknown CPU share: stays within the CPUs (2 is where it is)
+    leap = jump(s(2), [waiting(100.0, 0.8)], ClimbOptions(max_workers=16, cpus=16), None)
+    assert leap == s(13)
+
+
+def test_a_start_that_waits_most_of_its_steps_is_judged_after_one_window_and_jumps() -> None:
+    climb = Climb(s(0), LATENCY)
+    assert climb.add(waiting(100.0, 0.95), cpu_share=0.0) is None
+    assert climb.trying == s(16)  # the jump first, before the neighbours 2 and 1
+
+
+def test_a_start_that_hardly_waits_ends_the_climb_at_once() -> None:
+    climb = Climb(s(0), LATENCY)
+    climb.add(waiting(100.0, 0.02))
+    assert climb.done and climb.current == s(0) and not climb.judged
+
+
+def test_a_start_that_waits_some_is_measured_for_every_window() -> None:
+    climb = Climb(s(0), LATENCY)
+    climb.add(waiting(100.0, 0.2))
+    climb.add(waiting(100.0, 0.2))
+    assert climb.trying == s(0)
+    climb.add(waiting(100.0, 0.2))
+    assert climb.trying == s(2)
+
+
+@pytest.mark.parametrize(("rate", "judged"), [(151.0, True), (149.0, False), (66.0, True)])
+def test_a_candidate_far_from_the_current_is_judged_after_one_window(
+    rate: float, judged: bool
+) -> None:
+    climb = Climb(s(0), LATENCY)
+    for _ in range(3):
+        climb.add(waiting(100.0, 0.2))
+    verdict = climb.add(waiting(rate, 0.2))
+    assert (verdict is not None) is judged
+    assert climb.judged is judged
+
+
+def test_a_warm_up_that_waits_most_of_its_time_is_enough_to_jump() -> None:
+    climb = Climb(s(0), LATENCY)
+    climb.glance(waiting(100.0, 0.2, steps=1))
+    assert climb.trying == s(0)  # waiting a fifth: the start is measured as usual
+    climb.glance(waiting(100.0, 0.95, steps=1), cpu_share=0.0)
+    assert climb.trying == s(16)
+
+
+def test_only_the_starts_first_warm_up_is_glanced_at() -> None:
+    climb = Climb(s(0), LATENCY)
+    climb.add(waiting(100.0, 0.2))
+    climb.glance(waiting(100.0, 0.95, steps=1), cpu_share=0.0)
+    assert climb.trying == s(0) and len(climb.rates(s(0))) == 1

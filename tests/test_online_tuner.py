@@ -20,6 +20,8 @@ from autotune.inloop._tuner import Tuner, TunerOptions
 LOG = logging.getLogger("autotune.inloop.test")
 STARTUP = 0.5
 """Seconds a config with workers takes to hand over its first batch."""
+TRAIN = 0.04
+"""Seconds of each step the user's loop trains (the rest waits for the batch)."""
 
 
 class FakeTime:
@@ -70,8 +72,10 @@ def drive(
             starting = False
         asked = time.t
         assert tuner.running is not None
-        time.t += STARTUP if starting else step_seconds(tuner.running)
+        step = step_seconds(tuner.running)
+        time.t += STARTUP if starting else step - TRAIN  # the wait for the batch...
         tuner.fetched(asked, 4)
+        time.t += TRAIN  # ...and the training step on it
 
 
 def test_it_settles_on_the_cheapest_fastest_config_with_persistent_workers(
@@ -95,8 +99,9 @@ def test_it_settles_on_the_cheapest_fastest_config_with_persistent_workers(
 def test_a_spent_budget_settles_on_the_best_so_far(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, LOG.name)
     time = FakeTime()
-    # No workers: 7 steps (start-up, 2 of warm-up, 2 windows of 2); two workers: 7 more,
-    # and kept; four workers: the budget ends 2 steps in.
+    # No workers: 6 steps (start-up, 1 of warm-up, 2 windows of 2); two workers: 7 more
+    # (start-up, 4 prefetched of warm-up, one window: 2.5x as fast is judged at once),
+    # and kept; four workers: the budget ends 3 steps in.
     tuner = make(time, batches=16)
     drive(tuner, time, 40, fastest_at_two)
     assert tuner.climb is None
@@ -143,3 +148,70 @@ def test_a_study_that_cannot_be_written_is_a_warning_not_a_crash(
     drive(tuner, time, 200, fastest_at_two)
     assert tuner.climb is None and tuner.result is None
     assert "could not record the choice" in caplog.text
+
+
+def io_bound(settings: Settings) -> float:
+    """Step seconds of loading that waits on storage: 0.2 s a batch, spread over the
+    workers, under a training step of TRAIN."""
+    return max(TRAIN, 0.2 / max(1, settings.num_workers))
+
+
+def latency_tuner(time: FakeTime, *, batches: int) -> Tuner:
+    options = TunerOptions(
+        climb=ClimbOptions(max_workers=16, cpus=2, windows=3),
+        budget=Budget(batches=batches, seconds=1e9),
+        window_seconds=0.0,
+        retune=False,
+        device="cpu",
+        epoch_batches=1000,
+    )
+    return Tuner(Settings(batch_size=4), options, LOG, now=time)
+
+
+def drive_loads(tuner: Tuner, time: FakeTime, steps: int, cpu_share: float) -> None:
+    """As :func:`drive`, telling the tuner the CPU time of each load without workers."""
+    for _ in range(steps):
+        wanted, running = tuner.wanted, tuner.running
+        starting = running is None or without_persistence(wanted) != without_persistence(running)
+        if starting:
+            tuner.started(wanted)
+        assert tuner.running is not None
+        asked = time.t
+        load = io_bound(tuner.running) - TRAIN
+        time.t += STARTUP if starting and tuner.running.num_workers else load
+        cpu = cpu_share * load if tuner.running.num_workers == 0 else 0.0
+        tuner.fetched(asked, 4, cpu_seconds=cpu)
+        time.t += TRAIN
+
+
+def test_loads_that_leave_the_cpu_idle_jump_above_the_cpu_count(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, LOG.name)
+    time = FakeTime()
+    # A budget of 3 steps ends before the jump is judged: it runs over to judge it.
+    tuner = latency_tuner(time, batches=3)
+    drive_loads(tuner, time, 60, cpu_share=0.0)
+    assert tuner.climb is None
+    # 0.16 s loads, 0.04 s of training: 4 workers x 1.25 = 5, above the 2 CPUs.
+    assert tuner.wanted.num_workers == 5
+    assert "the budget ended the climb" in caplog.text
+
+
+def test_loads_that_keep_the_cpu_busy_jump_no_further_than_the_cpus() -> None:
+    time = FakeTime()
+    tuner = latency_tuner(time, batches=3)
+    drive_loads(tuner, time, 60, cpu_share=1.0)
+    assert tuner.climb is None
+    assert tuner.wanted.num_workers == 2  # no jump: the first neighbour, judged and kept
+
+
+def test_a_loop_that_hardly_waits_settles_on_its_start_and_says_why(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, LOG.name)
+    time = FakeTime()
+    tuner = make(time)
+    drive(tuner, time, 20, lambda settings: TRAIN + 0.0005)
+    assert tuner.climb is None and tuner.wanted == Settings(batch_size=4)
+    assert "waited 1.2% of its steps for data" in caplog.text

@@ -7,6 +7,15 @@ one at a time; a move is kept only when it beats the current config beyond the
 noise, and the climb goes on from there. It ends when no neighbour is better, and
 settles on the config it stands on.
 
+Two shortcuts keep a climb inside a few percent of an epoch. The start's windows say
+how long each step waits for data and how long the rest of it takes; from those the
+climb estimates the workers that would keep the loop fed and measures that config
+first (a *jump*), instead of doubling its way there one measured config at a time.
+A start that hardly waits has nothing to gain from loading faster and ends the climb
+at once; a start that waits most of its steps is judged after one window; a
+candidate that is clearly faster or slower than the config it would replace
+(:data:`DECISIVE`) is judged after one window too.
+
 "Beyond the noise" is the project's choosing rule (see ``decide._choose``) applied
 to a pair: the noise is the larger of the tolerance and the spread measured between
 windows; a dearer config (more workers, deeper prefetch, pinned memory) must be
@@ -16,6 +25,7 @@ faster by more than that, a cheaper one need only not be slower by more.
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from collections.abc import Sequence
 
@@ -24,13 +34,31 @@ from autotune.decide._choose import cost
 from autotune.probe import Window
 from autotune.settings._settings import Settings
 
+IDLE_WAIT = 0.03
+"""A start without workers whose steps wait less than this share for data ends the
+climb: moving all of its loading out of the loop would gain less than the tolerance."""
+DATA_BOUND = 0.5
+"""A start whose steps wait at least this share for data is judged after one window."""
+DECISIVE = 1.5
+"""A candidate this many times faster or slower than the config it would replace is
+judged after one window."""
+HEADROOM = 1.25
+"""A jump aims at workers that load this much faster than the loop trains."""
+CPU_BOUND = 0.5
+"""Loading that keeps the loop's thread busy this share of its time is CPU-bound: a jump
+then takes no more workers than the CPUs."""
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ClimbOptions:
     """How the climb measures and where it may go."""
 
     max_workers: int
-    """The most DataLoader workers it tries (this process's share of the CPUs)."""
+    """The most DataLoader workers it tries: above the CPU count, for loading that waits
+    on storage or the network rather than on a CPU."""
+    cpus: int | None = None
+    """The CPUs this process may use: a jump for CPU-bound loading stays within them.
+    None: ``max_workers``."""
     windows: int = 3
     """Windows measured per config before it is judged."""
     tolerance: float = 0.03
@@ -116,6 +144,48 @@ def _prefetch(settings: Settings, depth: int, most: int) -> Settings | None:
     return dataclasses.replace(settings, prefetch_factor=depth)
 
 
+def wait_share(windows: Sequence[Window]) -> float:
+    """The share of the windows' time the loop spent waiting in ``next()``."""
+    seconds = sum(w.seconds for w in windows)
+    return sum(w.wait_seconds for w in windows) / seconds if seconds > 0 else 0.0
+
+
+def jump(
+    settings: Settings,
+    windows: Sequence[Window],
+    options: ClimbOptions,
+    cpu_share: float | None = None,
+) -> Settings | None:
+    """The config with the workers that would keep the loop fed, estimated from the
+    windows of ``settings``; None when that is no further than its first neighbour.
+
+    A step is the wait for its batch and the rest (the training). Without workers the
+    wait is the whole load of a batch; with N workers that cannot keep up, each takes N
+    steps to load one. The loop is fed when the workers load :data:`HEADROOM` times
+    faster than it trains. ``cpu_share``: the CPU time the loop's thread spent inside
+    the loads over their wall time (known without workers only); CPU-bound loading gets
+    no more workers than the CPUs.
+    """
+    steps = sum(w.steps for w in windows)
+    seconds = sum(w.seconds for w in windows)
+    waited = sum(w.wait_seconds for w in windows)
+    if steps == 0 or seconds <= 0 or waited <= 0:
+        return None
+    step = seconds / steps
+    train = max(step - waited / steps, 1e-3 * step)
+    workers = settings.num_workers
+    load = waited / steps if workers == 0 else workers * step
+    needed = math.ceil(HEADROOM * load / train)
+    cpus = options.cpus if options.cpus is not None else options.max_workers
+    waits_on_cpu = cpu_share is None or cpu_share >= CPU_BOUND
+    most = min(options.max_workers, max(cpus, workers)) if waits_on_cpu else options.max_workers
+    needed = min(needed, most)
+    first = 2 if workers == 0 else 2 * workers
+    if needed <= first:
+        return None
+    return _workers(settings, needed)
+
+
 def wants_persistent(startup_s: float | None, epoch_seconds: float | None) -> bool:
     """Whether keeping workers between epochs is worth their memory: when starting them
     again would cost at least 1% of an epoch."""
@@ -158,6 +228,8 @@ class Climb:
         self.trying = start
         """The config whose windows it wants next."""
         self.done = False
+        self.judged = False
+        """Whether a move has been judged (kept or not)."""
         self.windows: dict[str, list[Window]] = {start.key(): []}
         self.configs: dict[str, Settings] = {start.key(): start}
         self._queue: list[Settings] = []
@@ -166,21 +238,54 @@ class Climb:
         """The window rates measured of ``settings`` in this climb."""
         return [w.samples_per_s for w in self.windows.get(settings.key(), [])]
 
-    def add(self, window: Window) -> Verdict | None:
-        """Count a window of :attr:`trying`; returns the verdict once it is judged."""
+    def add(self, window: Window, cpu_share: float | None = None) -> Verdict | None:
+        """Count a window of :attr:`trying`; returns the verdict once it is judged.
+
+        Args:
+            window: the window.
+            cpu_share: of the loads so far without workers, the loop thread's CPU time
+                over their wall time (see :func:`jump`); None when unknown.
+        """
         if self.done:
             return None
         measured = self.windows[self.trying.key()]
         measured.append(window)
-        if len(measured) < self.options.windows:
+        if not self._judged_now(measured):
             return None
         verdict = None
         if self.trying != self.current:
             verdict = self._judge()
+        elif self._idle(measured):
+            self.finish()
+            return None
         else:
-            self._queue = self._untried(self.current)
+            leap = jump(self.current, measured, self.options, cpu_share)
+            self._queue = ([leap] if leap is not None else []) + self._untried(self.current)
         self._next()
         return verdict
+
+    def glance(self, warm_up: Window, cpu_share: float | None = None) -> None:
+        """A first look at the start's warm-up: when even it waits most of its time for
+        data, the start is judged on it and the climb jumps at once. The warm-up's
+        one-off costs (the first backward's allocations) lengthen the training, not the
+        wait, so they can only make a loop look less data-bound than it is."""
+        start = self.trying == self.current and not self.windows[self.current.key()]
+        if self.done or not start or wait_share([warm_up]) < DATA_BOUND:
+            return
+        self.add(warm_up, cpu_share)
+
+    def _judged_now(self, measured: Sequence[Window]) -> bool:
+        if len(measured) >= self.options.windows:
+            return True
+        if self.trying == self.current:  # the start
+            return self._idle(measured) or wait_share(measured) >= DATA_BOUND
+        new = statistics.median(w.samples_per_s for w in measured)
+        old = statistics.median(self.rates(self.current))
+        return new > DECISIVE * old or DECISIVE * new < old
+
+    def _idle(self, measured: Sequence[Window]) -> bool:
+        """The start has no workers and hardly waits: no loader setting can gain."""
+        return self.current.num_workers == 0 and wait_share(measured) < IDLE_WAIT
 
     def finish(self) -> None:
         """The budget is spent: stand on the best config kept so far."""
@@ -191,6 +296,7 @@ class Climb:
         candidate, current = self.trying, self.current
         new, old = self.rates(candidate), self.rates(current)
         kept = keeps(candidate, new, current, old, self.options.tolerance)
+        self.judged = True
         verdict = Verdict(
             candidate=candidate,
             current=current,
@@ -208,6 +314,12 @@ class Climb:
         return [s for s in neighbours(settings, self.options) if s.key() not in self.windows]
 
     def _next(self) -> None:
+        queue = [s for s in self._queue if s.key() not in self.windows]
+        unique = {s.key(): s for s in queue}
+        self._queue = list(unique.values())
+        self._take()
+
+    def _take(self) -> None:
         if not self._queue:
             self.finish()
             return

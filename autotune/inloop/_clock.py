@@ -17,17 +17,20 @@ from autotune.probe import Window
 
 MIN_STEPS = 2
 """A window holds at least this many steps, however short ``window_seconds`` is."""
+WARM_UP = -1
+"""The index of a warm-up window: returned for a first look, never to be judged on."""
 
 
 class StepClock:
     """Times the steps of one running DataLoader iterator and closes windows.
 
     After each (re)start the first batch is start-up (workers starting, their first
-    batches), timed on its own, and the first window after it is warm-up, measured
-    but not returned: the batches the workers prefetched while starting come all at
-    once, faster than the loader's steady pace, so the warm-up lasts at least as many
-    steps as were prefetched. A config is judged on its steady pace, as the probes
-    judge it.
+    batches), timed on its own, and the steps after it are warm-up, returned as a window
+    of index :data:`WARM_UP` for a first look but not to be judged on: the batches the
+    workers prefetched while starting come all at once, faster than the loader's steady
+    pace, so the warm-up lasts as many steps as were prefetched (one at least, without
+    workers: the first step after start-up). A config is judged on its steady pace, as
+    the probes judge it.
 
     Args:
         window_seconds: a window ends at the first step boundary after this long.
@@ -83,7 +86,7 @@ class StepClock:
 
         Returns:
             The seconds this step took (start-up for the first batch after a restart),
-            and the window it closed, if any.
+            and the window it closed, if any (the warm-up's has index :data:`WARM_UP`).
         """
         got = self.now()
         if self._last is None:
@@ -96,14 +99,19 @@ class StepClock:
         self._wait += got - asked
         self._samples += samples
         self._steps += 1
-        least = self.min_steps if self._warm else max(self.min_steps, self._warmup_steps)
-        if self._steps < least or self._seconds < self.window_seconds:
+        if not self._warm:
+            # The warm-up drains what the workers loaded while starting: as many steps
+            # as they prefetch (one at least), however short.
+            if self._steps < max(1, self._warmup_steps):
+                return step, None
+            return step, self._close()
+        if self._steps < self.min_steps or self._seconds < self.window_seconds:
             return step, None
         return step, self._close()
 
-    def _close(self) -> Window | None:
+    def _close(self) -> Window:
         window = Window(
-            index=self._index,
+            index=self._index if self._warm else WARM_UP,
             seconds=self._seconds,
             samples=self._samples,
             fresh=self._samples,
@@ -113,6 +121,6 @@ class StepClock:
         self._clear()
         if not self._warm:
             self._warm = True
-            return None
+            return window
         self._index += 1
         return window

@@ -10,6 +10,7 @@ config only between epochs.
 
 from __future__ import annotations
 
+import time
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
@@ -158,6 +159,7 @@ class _Epoch(Iterator[Any]):
             self._start(wanted)
         assert self._iterator is not None  # started above
         asked = self._tuner.clock.now()
+        asked_cpu = time.thread_time()
         try:
             batch = next(self._iterator)
         except StopIteration:
@@ -165,7 +167,7 @@ class _Epoch(Iterator[Any]):
             raise
         samples = len(self._order.hand()) if self._order else batch_len(batch, self._batch_size)
         self._batches += 1
-        self._tuner.fetched(asked, samples)
+        self._tuner.fetched(asked, samples, cpu_seconds=time.thread_time() - asked_cpu)
         return batch
 
     def _may_switch(self) -> bool:

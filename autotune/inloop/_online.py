@@ -29,6 +29,10 @@ from autotune.machine._machine import usable_cpus
 from autotune.space._space import default_max_workers
 
 LOG = logging.getLogger("autotune.online")
+LATENCY_WORKERS = 16
+"""The most workers a climb tries on a machine whose CPU count allows fewer: loading that
+waits on storage or the network leaves its CPU free, and gains from more workers than
+CPUs. A jump goes above the CPUs only when the loads left the loop's CPU idle."""
 
 
 def online(
@@ -98,7 +102,12 @@ def online(
     cpus = ranks.cpu_share() if ranks is not None else usable_cpus()
     batches = epoch_length(dataset, order, batch_size, drop_last)
     options = TunerOptions(
-        climb=ClimbOptions(max_workers=default_max_workers(cpus), windows=windows, pin_memory=pin),
+        climb=ClimbOptions(
+            max_workers=max(default_max_workers(cpus), LATENCY_WORKERS),
+            cpus=cpus,
+            windows=windows,
+            pin_memory=pin,
+        ),
         budget=Budget.of(batches, budget_fraction, budget_seconds or DEFAULT_SECONDS),
         window_seconds=window_seconds,
         retune=retune,

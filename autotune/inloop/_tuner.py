@@ -18,8 +18,14 @@ from pathlib import Path
 from autotune._errors import AutotuneError
 from autotune._format import format_rate
 from autotune.inloop._budget import Budget
-from autotune.inloop._climb import Climb, ClimbOptions, wants_persistent, without_persistence
-from autotune.inloop._clock import StepClock
+from autotune.inloop._climb import (
+    Climb,
+    ClimbOptions,
+    wait_share,
+    wants_persistent,
+    without_persistence,
+)
+from autotune.inloop._clock import WARM_UP, StepClock
 from autotune.inloop._ddp import SYNC_STEPS, Ranks
 from autotune.inloop._record import Choice, measurements, record_choice
 from autotune.inloop._watch import Watch
@@ -79,6 +85,8 @@ class Tuner:
         """The SearchResult last recorded, when recording."""
         self._why = "climb start"
         self._steps = 0
+        self._load_cpu = self._load_wall = 0.0
+        """CPU and wall time of the loads made in the loop's own thread (no workers)."""
 
     # ------------------------------------------------------------ loader's calls
     def started(self, settings: Settings) -> None:
@@ -93,15 +101,25 @@ class Tuner:
         self.running = settings
         self.clock.restart(_prefetched(settings))
 
-    def fetched(self, asked: float, samples: int) -> None:
-        """A batch of ``samples`` was handed over; the user asked for it at ``asked``."""
+    def fetched(self, asked: float, samples: int, cpu_seconds: float | None = None) -> None:
+        """A batch of ``samples`` was handed over; the user asked for it at ``asked``.
+
+        Args:
+            asked: when the user asked (the clock's time).
+            samples: the samples in the batch.
+            cpu_seconds: the CPU time the loop's thread spent in ``next()`` for it.
+        """
         first = self.clock.starting
+        waited = self.clock.now() - asked
         seconds, window = self.clock.fetched(asked, samples)
         if first and self.running is not None:
             self.startups[without_persistence(self.running).key()] = seconds
+        elif cpu_seconds is not None and self.running is not None and not self.running.num_workers:
+            self._load_cpu += cpu_seconds
+            self._load_wall += waited
         if self.climb is not None:
             self._climbing(seconds, window)
-        elif window is not None:
+        elif window is not None and window.index != WARM_UP:
             self._watching(window)
 
     def epoch_ended(self, batches: int) -> None:
@@ -128,7 +146,12 @@ class Tuner:
 
     def _judge(self, climb: Climb, window: Window) -> None:
         measured = climb.trying
-        verdict = climb.add(window)
+        share = self._load_cpu / self._load_wall if self._load_wall > 0 else None
+        if window.index == WARM_UP:
+            climb.glance(window, cpu_share=share)
+            verdict = None
+        else:
+            verdict = climb.add(window, cpu_share=share)
         if verdict is not None:
             self._why = verdict.describe()
         elif climb.trying != measured:
@@ -137,13 +160,19 @@ class Tuner:
 
     def _climb_ends(self, climb: Climb) -> bool:
         ranks = self.options.ranks
+        # The budget may run over to judge the first move: a jump's start-up and warm-up
+        # alone can take more steps than a small budget has, and a climb that never
+        # judged a move would stand on its start for no measured reason.
+        spent = self.budget.over and climb.judged
         if ranks is None:
-            return climb.done or self.budget.over
+            return climb.done or spent
         self._steps += 1
-        return self._steps % SYNC_STEPS == 0 and ranks.ends(self.budget.over, climb.done)
+        return self._steps % SYNC_STEPS == 0 and ranks.ends(spent, climb.done)
 
     def _settle(self, climb: Climb) -> None:
-        ended = "no move left that wins" if climb.done else "the budget ended the climb"
+        ended = "the budget ended the climb"
+        if climb.done:
+            ended = "no move left that wins" if climb.judged else _idle_reason(climb)
         climb.finish()
         choice = self._persistence(climb.current)
         ranks = self.options.ranks
@@ -235,6 +264,14 @@ class Tuner:
             self.result = record_choice(path, record)
         except AutotuneError as error:  # the training matters more than its record
             self.log.warning("online: could not record the choice in %s: %s", path, error)
+
+
+def _idle_reason(climb: Climb) -> str:
+    rates = climb.windows.get(climb.current.key(), [])
+    return (
+        f"the loop waited {wait_share(rates):.1%} of its steps for data: no loader setting "
+        "can gain more than that"
+    )
 
 
 def _prefetched(settings: Settings) -> int:
