@@ -21,12 +21,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import importlib.util
-import json
-import platform
-import re
-import socket
-import subprocess
 import sys
 import time
 import traceback
@@ -34,23 +28,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import optuna
-import torch
-
-import autotune
 from autotune.machine._machine import detect_machine
 from benchmarks import _agreement, _report
 from benchmarks._run import run_workload
+from benchmarks._runs import FORMAT, Check, Clock, cleanup, git, host, run_check, versions
 from benchmarks._workloads import (
     WORKLOADS,
-    BenchWorkload,
     find,
     full_profile,
     quick_profile,
 )
 
 HERE = Path(__file__).parent
-FORMAT = 1
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -115,19 +104,13 @@ def _agreement_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-_AGREEMENT_ONLY = ("trials", "seconds", "warmup", "study_dir")
-
-
-class _Clock:
-    """Progress lines on stderr, with the time since the run began."""
-
-    def __init__(self) -> None:
-        self.began = time.monotonic()
-        self.prefix = ""
-
-    def say(self, text: str) -> None:
-        elapsed = time.monotonic() - self.began
-        print(f"[{elapsed:7.1f}s] {self.prefix}{text}", file=sys.stderr, flush=True)
+_ONLY: dict[str, tuple[str, ...]] = {
+    "trials": ("agreement",),
+    "study_dir": ("agreement",),
+    "seconds": ("agreement",),
+    "warmup": ("agreement",),
+}
+"""The flags of the other modes, and the modes they apply to."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -143,6 +126,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.agreement:
         return _agreement_main(args)
+    return _suite_main(args)
+
+
+def _suite_main(args: argparse.Namespace) -> int:
+    """The suite: every strategy on every workload, re-measured side by side."""
     try:
         workloads = find([n.strip() for n in args.workloads.split(",") if n.strip()])
     except ValueError as error:
@@ -153,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         profile = dataclasses.replace(profile, rounds=args.rounds)
 
     machine = detect_machine()
-    clock = _Clock()
+    clock = Clock()
     started = datetime.datetime.now()
     sections: list[dict[str, Any]] = []
     summary = None if args.no_summary else args.summary
@@ -163,14 +151,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             "format": FORMAT,
             "date": started.strftime("%Y-%m-%d"),
             "started": started.isoformat(timespec="seconds"),
-            "host": _host(),
+            "host": host(),
             "mode": profile.name,
             "profile": dataclasses.asdict(profile),
             "seed": args.seed,
-            "commit": _git("rev-parse", "HEAD"),
-            "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+            "commit": git("rev-parse", "HEAD"),
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
             "machine": machine.to_dict(),
-            "versions": _versions(),
+            "versions": versions(),
             "wall_s": time.monotonic() - clock.began,
             "workloads": sections,
         }
@@ -190,22 +178,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         clock.prefix = ""
         if not args.keep_data:
-            _cleanup(workloads)
+            cleanup(workloads)
     json_path, md_path = write()
     clock.say(f"results: {json_path} and {md_path}" + (f"; {summary}" if summary else ""))
     return 1 if any("error" in s for s in sections) else 0
 
 
+def _mode(args: argparse.Namespace) -> str:
+    return "agreement" if args.agreement else "suite"
+
+
 def _misplaced(args: argparse.Namespace) -> str | None:
-    """A flag given to the mode it does not apply to."""
-    if args.agreement and args.quick:
-        return "--quick does not apply to --agreement (use --trials, --rounds, --seconds)."
-    if args.agreement and args.no_summary:
-        return "--no-summary does not apply to --agreement (it writes no summary page)."
-    given = [name for name in _AGREEMENT_ONLY if getattr(args, name) is not None]
-    if given and not args.agreement:
-        flags = ", ".join("--" + name.replace("_", "-") for name in given)
-        return f"{flags} apply only with --agreement."
+    """A flag given to a mode it does not apply to."""
+    mode = _mode(args)
+    if mode != "suite" and args.quick:
+        return f"--quick does not apply to --{mode} (use --rounds and --seconds)."
+    if mode != "suite" and args.no_summary:
+        return f"--no-summary does not apply to --{mode} (it writes no summary page)."
+    given = [
+        f"--{name.replace('_', '-')} (only with {' or '.join('--' + m for m in modes)})"
+        for name, modes in _ONLY.items()
+        if getattr(args, name) is not None and mode not in modes
+    ]
+    if given:
+        return f"not for {'the suite' if mode == 'suite' else '--' + mode}: {', '.join(given)}."
     return None
 
 
@@ -238,85 +234,17 @@ def _agreement_main(args: argparse.Namespace) -> int:
         study_dir=args.study_dir,
     )
     machine = detect_machine()
-    clock = _Clock()
-    started = datetime.datetime.now()
-    path = (
-        args.out if args.out.suffix == ".json" else args.out / f"agreement-{started:%Y-%m-%d}.json"
+    check = Check(
+        name="agreement",
+        header={
+            "options": {**dataclasses.asdict(options), "study_dir": _text(args.study_dir)},
+            "agreement": _agreement.AGREEMENT,
+        },
+        run=lambda workload, say: _agreement.run_workload(workload, options, machine, say),
+        table=_agreement.markdown,
     )
-    results: dict[str, Any] = {
-        "format": FORMAT,
-        "mode": "agreement",
-        "started": started.isoformat(timespec="seconds"),
-        "host": _host(),
-        "commit": _git("rev-parse", "HEAD"),
-        "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
-        "options": {**dataclasses.asdict(options), "study_dir": _text(args.study_dir)},
-        "agreement": _agreement.AGREEMENT,
-        "machine": machine.to_dict(),
-        "versions": _versions(),
-        "workloads": [],
-    }
-    try:
-        for workload in workloads:
-            clock.prefix = f"{workload.name}: "
-            try:
-                section = _agreement.run_workload(workload, options, machine, clock.say)
-            except Exception as error:  # report it, and go on with the other workloads
-                clock.say(f"FAILED: {error}\n{traceback.format_exc()}")
-                section = {"name": workload.name, "error": f"{type(error).__name__}: {error}"}
-            results["workloads"].append(section)
-            results["wall_s"] = time.monotonic() - clock.began
-            print(_agreement.markdown(section), flush=True)
-            _write_json(path, results)  # after every workload: a run cut short keeps them
-    finally:
-        clock.prefix = ""
-        if not args.keep_data:
-            _cleanup(workloads)
-    clock.say(f"results: {path}")
-    return 1 if any("error" in s for s in results["workloads"]) else 0
+    return run_check(check, workloads, machine, out=args.out, keep_data=args.keep_data)
 
 
 def _text(path: Path | None) -> str | None:
     return None if path is None else str(path)
-
-
-def _write_json(path: Path, results: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=2) + "\n")
-
-
-def _versions() -> dict[str, str]:
-    return {
-        "autotune": autotune.__version__,
-        "torch": torch.__version__,
-        "optuna": optuna.__version__,
-        "python": platform.python_version(),
-    }
-
-
-def _host() -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname().split(".")[0]) or "host"
-
-
-def _git(*command: str) -> str | None:
-    try:
-        done = subprocess.run(
-            ["git", *command], cwd=HERE, capture_output=True, text=True, timeout=10, check=True
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.strip()
-
-
-def _cleanup(workloads: Sequence[BenchWorkload]) -> None:
-    """Call ``cleanup()`` of every config the run used that defines one."""
-    configs = {w.config for w in workloads} | {r.config for w in workloads for r in w.references}
-    for config in sorted(configs):
-        spec = importlib.util.spec_from_file_location(f"benchmark_cleanup_{config.stem}", config)
-        if spec is None or spec.loader is None:
-            continue
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        cleanup = getattr(module, "cleanup", None)
-        if callable(cleanup):
-            cleanup()
