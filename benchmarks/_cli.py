@@ -5,6 +5,9 @@
     python -m benchmarks --agreement [--workloads NAME,...] [--rounds N] [--seconds S]
                          [--warmup S] [--trials N] [--study-dir DIR] [--seed N]
                          [--out PATH] [--keep-data]
+    python -m benchmarks --online [--workloads NAME,...] [--rounds N] [--seconds S]
+                         [--warmup S] [--grid JSON] [--epoch-scale F] [--seed N]
+                         [--out PATH] [--keep-data]
 
 Progress goes to stderr, one table per workload to stdout; the results are
 written to ``DIR/<date>-<host>.json`` and ``.md``, and the markdown again to
@@ -14,6 +17,11 @@ written to ``DIR/<date>-<host>.json`` and ``.md``, and the markdown again to
 instead (:mod:`benchmarks._agreement`): the probe's figures beside a plain training
 loop's, written to ``PATH`` (a ``.json`` file, or a folder for
 ``agreement-<date>.json``).
+
+``--online`` (or ``online`` as the first word) times one epoch from a cold start of the
+default loader, the best static config of a grid and ``autotune.online``
+(:mod:`benchmarks._online`), written to ``PATH`` (a ``.json`` file, or a folder for
+``online-<date>.json``) and the same name with ``.md``.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import json
 import sys
 import time
 import traceback
@@ -28,8 +37,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from autotune.machine._machine import detect_machine
-from benchmarks import _agreement, _report
+from autotune import SpaceError
+from autotune.machine._machine import Machine, detect_machine
+from benchmarks import _agreement, _online, _report
 from benchmarks._run import run_workload
 from benchmarks._runs import FORMAT, Check, Clock, cleanup, git, host, run_check, versions
 from benchmarks._workloads import (
@@ -79,6 +89,7 @@ def _parser() -> argparse.ArgumentParser:
         "--keep-data", action="store_true", help="keep the workloads' files for the next run"
     )
     _agreement_arguments(parser)
+    _online_arguments(parser)
     return parser
 
 
@@ -96,29 +107,59 @@ def _agreement_arguments(parser: argparse.ArgumentParser) -> None:
         "--trials", type=int, help="autotune's exploration trials (default: its own)"
     )
     group.add_argument(
-        "--seconds", type=float, help="timed part of one plain-loop measurement (default 1.5)"
+        "--seconds",
+        type=float,
+        help="timed part of one plain-loop measurement (default 1.5; also --online)",
     )
-    group.add_argument("--warmup", type=float, help="untimed training before it (default 0.5)")
+    group.add_argument(
+        "--warmup", type=float, help="untimed training before it (default 0.5; also --online)"
+    )
     group.add_argument(
         "--study-dir", type=Path, help="keep the searches' studies here (default: not kept)"
+    )
+
+
+def _online_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "online",
+        "one epoch from a cold start: the default loader, the best static config of a grid "
+        "(timed by the plain loop) and autotune.online, in rotating rounds (also: python -m "
+        f"benchmarks online ...); --workloads defaults to {', '.join(_online.DEFAULT_WORKLOADS)}"
+        f", --rounds to {_online.DEFAULT_ROUNDS}",
+    )
+    group.add_argument(
+        "--online", action="store_true", help="run the online comparison instead of the suite"
+    )
+    group.add_argument(
+        "--grid",
+        help="the static grid's loader knobs as a JSON space dict, over the default "
+        "(num_workers 0 and doubling to the online bound, prefetch 2-8, persistent or not), e.g. "
+        '\'{"num_workers": [0, 4], "prefetch_factor": 2, "persistent_workers": false}\'',
+    )
+    group.add_argument(
+        "--epoch-scale",
+        type=float,
+        help="multiply every workload's epoch length (default 1: 10-40 s with the default loader)",
     )
 
 
 _ONLY: dict[str, tuple[str, ...]] = {
     "trials": ("agreement",),
     "study_dir": ("agreement",),
-    "seconds": ("agreement",),
-    "warmup": ("agreement",),
+    "seconds": ("agreement", "online"),
+    "warmup": ("agreement", "online"),
+    "grid": ("online",),
+    "epoch_scale": ("online",),
 }
 """The flags of the other modes, and the modes they apply to."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the suite (or the agreement check); returns the exit code (1 when a workload
-    failed to run, 2 for wrong arguments)."""
+    """Run the suite (or the agreement check, or the online comparison); returns the exit
+    code (1 when a workload failed to run, 2 for wrong arguments)."""
     words = list(sys.argv[1:] if argv is None else argv)
-    if words[:1] == ["agreement"]:
-        words[0] = "--agreement"
+    if words[:1] in (["agreement"], ["online"]):
+        words[0] = "--" + words[0]
     args = _parser().parse_args(words)
     problem = _misplaced(args) or _counts_problem(args)
     if problem:
@@ -126,6 +167,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.agreement:
         return _agreement_main(args)
+    if args.online:
+        return _online_main(args)
     return _suite_main(args)
 
 
@@ -185,11 +228,13 @@ def _suite_main(args: argparse.Namespace) -> int:
 
 
 def _mode(args: argparse.Namespace) -> str:
-    return "agreement" if args.agreement else "suite"
+    return "agreement" if args.agreement else "online" if args.online else "suite"
 
 
 def _misplaced(args: argparse.Namespace) -> str | None:
     """A flag given to a mode it does not apply to."""
+    if args.agreement and args.online:
+        return "--agreement and --online are two modes; give one."
     mode = _mode(args)
     if mode != "suite" and args.quick:
         return f"--quick does not apply to --{mode} (use --rounds and --seconds)."
@@ -215,6 +260,8 @@ def _counts_problem(args: argparse.Namespace) -> str | None:
         return f"--seconds is {args.seconds}; expected > 0."
     if args.warmup is not None and args.warmup < 0:
         return f"--warmup is {args.warmup}; expected >= 0."
+    if args.epoch_scale is not None and args.epoch_scale <= 0:
+        return f"--epoch-scale is {args.epoch_scale}; expected > 0."
     return None
 
 
@@ -244,6 +291,57 @@ def _agreement_main(args: argparse.Namespace) -> int:
         table=_agreement.markdown,
     )
     return run_check(check, workloads, machine, out=args.out, keep_data=args.keep_data)
+
+
+def _online_main(args: argparse.Namespace) -> int:
+    """The online comparison: the grid, then one epoch of each loader, per workload."""
+    machine = detect_machine()
+    try:
+        workloads = _online.online_workloads(
+            [n.strip() for n in args.workloads.split(",") if n.strip()]
+        )
+        grid = _grid(args.grid, machine)
+    except (ValueError, SpaceError) as error:
+        print(f"python -m benchmarks: {error}", file=sys.stderr)
+        return 2
+    options = _online.OnlineOptions(
+        rounds=args.rounds or _online.DEFAULT_ROUNDS,
+        seconds=args.seconds if args.seconds is not None else 1.5,
+        warmup=args.warmup if args.warmup is not None else 0.5,
+        grid=grid,
+        epoch_scale=args.epoch_scale if args.epoch_scale is not None else 1.0,
+        seed=args.seed,
+    )
+    check = Check(
+        name="online",
+        header={
+            "options": dataclasses.asdict(options),
+            "targets": {"static": _online.STATIC_BOUND, "default": _online.DEFAULT_BOUND},
+        },
+        run=lambda workload, say: _online.run_workload(workload, options, machine, say),
+        table=_online.markdown,
+        document=_online.document,
+    )
+    return run_check(check, workloads, machine, out=args.out, keep_data=args.keep_data)
+
+
+def _grid(text: str | None, machine: Machine) -> dict[str, Any]:
+    """``--grid``'s JSON object, checked against this machine before any measurement.
+
+    Raises:
+        ValueError: not a JSON object, or a knob that is not a loader knob.
+        SpaceError: a value the space does not allow here.
+    """
+    if text is None:
+        return {}
+    try:
+        grid = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"--grid is not JSON ({error}): {text!r}") from None
+    if not isinstance(grid, dict):
+        raise ValueError(f"--grid is {text!r}; expected a JSON object of knobs and values.")
+    _online.grid_configs(grid, machine, batch_size=1)
+    return grid
 
 
 def _text(path: Path | None) -> str | None:
