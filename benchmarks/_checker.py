@@ -115,16 +115,13 @@ def measure(
         device=device,
         seed=seed,
     )
-    with tempfile.TemporaryDirectory(prefix="autotune-checker-") as folder:
-        answer = Path(folder) / "answer.json"
-        log = Path(folder) / "output.log"
-        returncode = _run_child(plan, answer, log, STARTUP_ALLOWANCE_S + warmup + seconds)
-        if returncode != 0 or not answer.exists():
-            raise CheckerError(
-                f"{Path(config_path).name} {settings.describe()}: the measurement exited with "
-                f"{returncode}:\n{_tail(log)}"
-            )
-        rate: float = json.loads(answer.read_text())["samples_per_s"]
+    answer = run_measurement(
+        "benchmarks._checker",
+        dataclasses.asdict(plan),
+        limit=STARTUP_ALLOWANCE_S + warmup + seconds,
+        what=f"{Path(config_path).name} {settings.describe()}",
+    )
+    rate: float = answer["samples_per_s"]
     return rate
 
 
@@ -167,13 +164,38 @@ def measure_interleaved(
     return figures
 
 
-def _run_child(plan: Plan, answer: Path, log: Path, limit: float) -> int | None:
+def run_measurement(
+    module: str, plan: Mapping[str, Any], *, limit: float, what: str
+) -> dict[str, Any]:
+    """Run ``python -m MODULE PLAN_JSON ANSWER_PATH`` in a session of its own, kill what is
+    left of that session, and return the JSON the child wrote to ``ANSWER_PATH``.
+
+    Args:
+        module: the child's module (this one, or another measuring child of the suite).
+        plan: what it is to measure (JSON types only).
+        limit: seconds after which the child is killed.
+        what: names the measurement in the error.
+
+    Raises:
+        CheckerError: the child failed, ran past ``limit`` or wrote no answer.
+    """
+    with tempfile.TemporaryDirectory(prefix="autotune-checker-") as folder:
+        answer = Path(folder) / "answer.json"
+        log = Path(folder) / "output.log"
+        returncode = _run_child([module, json.dumps(plan)], answer, log, limit)
+        if returncode != 0 or not answer.exists():
+            raise CheckerError(f"{what}: the measurement exited with {returncode}:\n{_tail(log)}")
+        found: dict[str, Any] = json.loads(answer.read_text())
+    return found
+
+
+def _run_child(arguments: list[str], answer: Path, log: Path, limit: float) -> int | None:
     """Run one measurement in a session of its own and kill what is left of it after;
     returns the child's exit code (None when it ran past ``limit`` seconds)."""
     env = dict(os.environ)
     # The child imports this module and autotune from the same tree as this process.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    command = [sys.executable, "-m", "benchmarks._checker", json.dumps(dataclasses.asdict(plan))]
+    command = [sys.executable, "-m", *arguments]
     # The output goes to a file, not a pipe: a worker holding a pipe open would keep
     # the parent reading until it exits.
     with log.open("wb") as output:
@@ -351,7 +373,8 @@ def _epochs(loader: Any) -> Generator[Any, None, None]:
             raise RuntimeError("the loader yielded no batches")
 
 
-def _synchronize(device: torch.device) -> None:
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (a GPU's), so that a clock read after it is true."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -378,7 +401,7 @@ def timed_loop(
         if clock() - began >= plan.warmup:
             break
         batch = next(batches)
-    _synchronize(device)
+    synchronize(device)
     samples = steps = 0
     start = clock()
     while True:
@@ -390,7 +413,7 @@ def timed_loop(
             break
         if plan.steps is None and clock() - start >= plan.seconds:
             break
-    _synchronize(device)
+    synchronize(device)
     return samples / (clock() - start)
 
 

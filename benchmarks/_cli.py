@@ -5,6 +5,9 @@
     python -m benchmarks --agreement [--workloads NAME,...] [--rounds N] [--seconds S]
                          [--warmup S] [--trials N] [--study-dir DIR] [--seed N]
                          [--out PATH] [--keep-data]
+    python -m benchmarks --online [--workloads NAME,...] [--rounds N] [--seconds S]
+                         [--warmup S] [--grid JSON] [--epoch-scale F] [--seed N]
+                         [--out PATH] [--keep-data]
 
 Progress goes to stderr, one table per workload to stdout; the results are
 written to ``DIR/<date>-<host>.json`` and ``.md``, and the markdown again to
@@ -14,6 +17,11 @@ written to ``DIR/<date>-<host>.json`` and ``.md``, and the markdown again to
 instead (:mod:`benchmarks._agreement`): the probe's figures beside a plain training
 loop's, written to ``PATH`` (a ``.json`` file, or a folder for
 ``agreement-<date>.json``).
+
+``--online`` (or ``online`` as the first word) times one epoch from a cold start of the
+default loader, the best static config of a grid and ``autotune.online``
+(:mod:`benchmarks._online`), written to ``PATH`` (a ``.json`` file, or a folder for
+``online-<date>.json``) and the same name with ``.md``.
 """
 
 from __future__ import annotations
@@ -21,12 +29,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import importlib.util
 import json
-import platform
-import re
-import socket
-import subprocess
 import sys
 import time
 import traceback
@@ -34,23 +37,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import optuna
-import torch
-
-import autotune
-from autotune.machine._machine import detect_machine
-from benchmarks import _agreement, _report
+from autotune import SpaceError
+from autotune.machine._machine import Machine, detect_machine
+from benchmarks import _agreement, _online, _report
 from benchmarks._run import run_workload
+from benchmarks._runs import FORMAT, Check, Clock, cleanup, git, host, run_check, versions
 from benchmarks._workloads import (
     WORKLOADS,
-    BenchWorkload,
     find,
     full_profile,
     quick_profile,
 )
 
 HERE = Path(__file__).parent
-FORMAT = 1
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -90,6 +89,7 @@ def _parser() -> argparse.ArgumentParser:
         "--keep-data", action="store_true", help="keep the workloads' files for the next run"
     )
     _agreement_arguments(parser)
+    _online_arguments(parser)
     return parser
 
 
@@ -107,35 +107,59 @@ def _agreement_arguments(parser: argparse.ArgumentParser) -> None:
         "--trials", type=int, help="autotune's exploration trials (default: its own)"
     )
     group.add_argument(
-        "--seconds", type=float, help="timed part of one plain-loop measurement (default 1.5)"
+        "--seconds",
+        type=float,
+        help="timed part of one plain-loop measurement (default 1.5; also --online)",
     )
-    group.add_argument("--warmup", type=float, help="untimed training before it (default 0.5)")
+    group.add_argument(
+        "--warmup", type=float, help="untimed training before it (default 0.5; also --online)"
+    )
     group.add_argument(
         "--study-dir", type=Path, help="keep the searches' studies here (default: not kept)"
     )
 
 
-_AGREEMENT_ONLY = ("trials", "seconds", "warmup", "study_dir")
+def _online_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "online",
+        "one epoch from a cold start: the default loader, the best static config of a grid "
+        "(timed by the plain loop) and autotune.online, in rotating rounds (also: python -m "
+        f"benchmarks online ...); --workloads defaults to {', '.join(_online.DEFAULT_WORKLOADS)}"
+        f", --rounds to {_online.DEFAULT_ROUNDS}",
+    )
+    group.add_argument(
+        "--online", action="store_true", help="run the online comparison instead of the suite"
+    )
+    group.add_argument(
+        "--grid",
+        help="the static grid's loader knobs as a JSON space dict, over the default "
+        "(num_workers 0 and doubling to the online bound, prefetch 2-8, persistent or not), e.g. "
+        '\'{"num_workers": [0, 4], "prefetch_factor": 2, "persistent_workers": false}\'',
+    )
+    group.add_argument(
+        "--epoch-scale",
+        type=float,
+        help="multiply every workload's epoch length (default 1: 10-40 s with the default loader)",
+    )
 
 
-class _Clock:
-    """Progress lines on stderr, with the time since the run began."""
-
-    def __init__(self) -> None:
-        self.began = time.monotonic()
-        self.prefix = ""
-
-    def say(self, text: str) -> None:
-        elapsed = time.monotonic() - self.began
-        print(f"[{elapsed:7.1f}s] {self.prefix}{text}", file=sys.stderr, flush=True)
+_ONLY: dict[str, tuple[str, ...]] = {
+    "trials": ("agreement",),
+    "study_dir": ("agreement",),
+    "seconds": ("agreement", "online"),
+    "warmup": ("agreement", "online"),
+    "grid": ("online",),
+    "epoch_scale": ("online",),
+}
+"""The flags of the other modes, and the modes they apply to."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the suite (or the agreement check); returns the exit code (1 when a workload
-    failed to run, 2 for wrong arguments)."""
+    """Run the suite (or the agreement check, or the online comparison); returns the exit
+    code (1 when a workload failed to run, 2 for wrong arguments)."""
     words = list(sys.argv[1:] if argv is None else argv)
-    if words[:1] == ["agreement"]:
-        words[0] = "--agreement"
+    if words[:1] in (["agreement"], ["online"]):
+        words[0] = "--" + words[0]
     args = _parser().parse_args(words)
     problem = _misplaced(args) or _counts_problem(args)
     if problem:
@@ -143,6 +167,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.agreement:
         return _agreement_main(args)
+    if args.online:
+        return _online_main(args)
+    return _suite_main(args)
+
+
+def _suite_main(args: argparse.Namespace) -> int:
+    """The suite: every strategy on every workload, re-measured side by side."""
     try:
         workloads = find([n.strip() for n in args.workloads.split(",") if n.strip()])
     except ValueError as error:
@@ -153,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         profile = dataclasses.replace(profile, rounds=args.rounds)
 
     machine = detect_machine()
-    clock = _Clock()
+    clock = Clock()
     started = datetime.datetime.now()
     sections: list[dict[str, Any]] = []
     summary = None if args.no_summary else args.summary
@@ -163,14 +194,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             "format": FORMAT,
             "date": started.strftime("%Y-%m-%d"),
             "started": started.isoformat(timespec="seconds"),
-            "host": _host(),
+            "host": host(),
             "mode": profile.name,
             "profile": dataclasses.asdict(profile),
             "seed": args.seed,
-            "commit": _git("rev-parse", "HEAD"),
-            "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+            "commit": git("rev-parse", "HEAD"),
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
             "machine": machine.to_dict(),
-            "versions": _versions(),
+            "versions": versions(),
             "wall_s": time.monotonic() - clock.began,
             "workloads": sections,
         }
@@ -190,22 +221,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         clock.prefix = ""
         if not args.keep_data:
-            _cleanup(workloads)
+            cleanup(workloads)
     json_path, md_path = write()
     clock.say(f"results: {json_path} and {md_path}" + (f"; {summary}" if summary else ""))
     return 1 if any("error" in s for s in sections) else 0
 
 
+def _mode(args: argparse.Namespace) -> str:
+    return "agreement" if args.agreement else "online" if args.online else "suite"
+
+
 def _misplaced(args: argparse.Namespace) -> str | None:
-    """A flag given to the mode it does not apply to."""
-    if args.agreement and args.quick:
-        return "--quick does not apply to --agreement (use --trials, --rounds, --seconds)."
-    if args.agreement and args.no_summary:
-        return "--no-summary does not apply to --agreement (it writes no summary page)."
-    given = [name for name in _AGREEMENT_ONLY if getattr(args, name) is not None]
-    if given and not args.agreement:
-        flags = ", ".join("--" + name.replace("_", "-") for name in given)
-        return f"{flags} apply only with --agreement."
+    """A flag given to a mode it does not apply to."""
+    if args.agreement and args.online:
+        return "--agreement and --online are two modes; give one."
+    mode = _mode(args)
+    if mode != "suite" and args.quick:
+        return f"--quick does not apply to --{mode} (use --rounds and --seconds)."
+    if mode != "suite" and args.no_summary:
+        return f"--no-summary does not apply to --{mode} (it writes no summary page)."
+    given = [
+        f"--{name.replace('_', '-')} (only with {' or '.join('--' + m for m in modes)})"
+        for name, modes in _ONLY.items()
+        if getattr(args, name) is not None and mode not in modes
+    ]
+    if given:
+        return f"not for {'the suite' if mode == 'suite' else '--' + mode}: {', '.join(given)}."
     return None
 
 
@@ -219,6 +260,8 @@ def _counts_problem(args: argparse.Namespace) -> str | None:
         return f"--seconds is {args.seconds}; expected > 0."
     if args.warmup is not None and args.warmup < 0:
         return f"--warmup is {args.warmup}; expected >= 0."
+    if args.epoch_scale is not None and args.epoch_scale <= 0:
+        return f"--epoch-scale is {args.epoch_scale}; expected > 0."
     return None
 
 
@@ -238,85 +281,68 @@ def _agreement_main(args: argparse.Namespace) -> int:
         study_dir=args.study_dir,
     )
     machine = detect_machine()
-    clock = _Clock()
-    started = datetime.datetime.now()
-    path = (
-        args.out if args.out.suffix == ".json" else args.out / f"agreement-{started:%Y-%m-%d}.json"
+    check = Check(
+        name="agreement",
+        header={
+            "options": {**dataclasses.asdict(options), "study_dir": _text(args.study_dir)},
+            "agreement": _agreement.AGREEMENT,
+        },
+        run=lambda workload, say: _agreement.run_workload(workload, options, machine, say),
+        table=_agreement.markdown,
     )
-    results: dict[str, Any] = {
-        "format": FORMAT,
-        "mode": "agreement",
-        "started": started.isoformat(timespec="seconds"),
-        "host": _host(),
-        "commit": _git("rev-parse", "HEAD"),
-        "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
-        "options": {**dataclasses.asdict(options), "study_dir": _text(args.study_dir)},
-        "agreement": _agreement.AGREEMENT,
-        "machine": machine.to_dict(),
-        "versions": _versions(),
-        "workloads": [],
-    }
+    return run_check(check, workloads, machine, out=args.out, keep_data=args.keep_data)
+
+
+def _online_main(args: argparse.Namespace) -> int:
+    """The online comparison: the grid, then one epoch of each loader, per workload."""
+    machine = detect_machine()
     try:
-        for workload in workloads:
-            clock.prefix = f"{workload.name}: "
-            try:
-                section = _agreement.run_workload(workload, options, machine, clock.say)
-            except Exception as error:  # report it, and go on with the other workloads
-                clock.say(f"FAILED: {error}\n{traceback.format_exc()}")
-                section = {"name": workload.name, "error": f"{type(error).__name__}: {error}"}
-            results["workloads"].append(section)
-            results["wall_s"] = time.monotonic() - clock.began
-            print(_agreement.markdown(section), flush=True)
-            _write_json(path, results)  # after every workload: a run cut short keeps them
-    finally:
-        clock.prefix = ""
-        if not args.keep_data:
-            _cleanup(workloads)
-    clock.say(f"results: {path}")
-    return 1 if any("error" in s for s in results["workloads"]) else 0
+        workloads = _online.online_workloads(
+            [n.strip() for n in args.workloads.split(",") if n.strip()]
+        )
+        grid = _grid(args.grid, machine)
+    except (ValueError, SpaceError) as error:
+        print(f"python -m benchmarks: {error}", file=sys.stderr)
+        return 2
+    options = _online.OnlineOptions(
+        rounds=args.rounds or _online.DEFAULT_ROUNDS,
+        seconds=args.seconds if args.seconds is not None else 1.5,
+        warmup=args.warmup if args.warmup is not None else 0.5,
+        grid=grid,
+        epoch_scale=args.epoch_scale if args.epoch_scale is not None else 1.0,
+        seed=args.seed,
+    )
+    check = Check(
+        name="online",
+        header={
+            "options": dataclasses.asdict(options),
+            "targets": {"static": _online.STATIC_BOUND, "default": _online.DEFAULT_BOUND},
+        },
+        run=lambda workload, say: _online.run_workload(workload, options, machine, say),
+        table=_online.markdown,
+        document=_online.document,
+    )
+    return run_check(check, workloads, machine, out=args.out, keep_data=args.keep_data)
+
+
+def _grid(text: str | None, machine: Machine) -> dict[str, Any]:
+    """``--grid``'s JSON object, checked against this machine before any measurement.
+
+    Raises:
+        ValueError: not a JSON object, or a knob that is not a loader knob.
+        SpaceError: a value the space does not allow here.
+    """
+    if text is None:
+        return {}
+    try:
+        grid = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"--grid is not JSON ({error}): {text!r}") from None
+    if not isinstance(grid, dict):
+        raise ValueError(f"--grid is {text!r}; expected a JSON object of knobs and values.")
+    _online.grid_configs(grid, machine, batch_size=1)
+    return grid
 
 
 def _text(path: Path | None) -> str | None:
     return None if path is None else str(path)
-
-
-def _write_json(path: Path, results: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=2) + "\n")
-
-
-def _versions() -> dict[str, str]:
-    return {
-        "autotune": autotune.__version__,
-        "torch": torch.__version__,
-        "optuna": optuna.__version__,
-        "python": platform.python_version(),
-    }
-
-
-def _host() -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname().split(".")[0]) or "host"
-
-
-def _git(*command: str) -> str | None:
-    try:
-        done = subprocess.run(
-            ["git", *command], cwd=HERE, capture_output=True, text=True, timeout=10, check=True
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.strip()
-
-
-def _cleanup(workloads: Sequence[BenchWorkload]) -> None:
-    """Call ``cleanup()`` of every config the run used that defines one."""
-    configs = {w.config for w in workloads} | {r.config for w in workloads for r in w.references}
-    for config in sorted(configs):
-        spec = importlib.util.spec_from_file_location(f"benchmark_cleanup_{config.stem}", config)
-        if spec is None or spec.loader is None:
-            continue
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        cleanup = getattr(module, "cleanup", None)
-        if callable(cleanup):
-            cleanup()
