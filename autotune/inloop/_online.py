@@ -35,6 +35,11 @@ waits on storage or the network leaves its CPU free, and gains from more workers
 CPUs. A jump goes above the CPUs only when the loads left the loop's CPU idle."""
 
 
+def most_workers(cpus: int) -> int:
+    """The most DataLoader workers the online loader tries on ``cpus`` CPUs."""
+    return max(default_max_workers(cpus), LATENCY_WORKERS)
+
+
 def online(
     dataset: Any,
     batch_size: int = 32,
@@ -103,7 +108,7 @@ def online(
     batches = epoch_length(dataset, order, batch_size, drop_last)
     options = TunerOptions(
         climb=ClimbOptions(
-            max_workers=max(default_max_workers(cpus), LATENCY_WORKERS),
+            max_workers=most_workers(cpus),
             cpus=cpus,
             windows=windows,
             pin_memory=pin,
