@@ -108,7 +108,7 @@ def run_faked(
 
     def epoch(config: Path, settings: Settings, **options: Any) -> dict[str, Any]:
         label = "online" if options["online"] else "static" if settings == FAST else "default"
-        assert options["items"] == 1024 and options["device"] == "cpu"
+        assert options["items"] == 8192 and options["device"] == "cpu"
         order.append(label)
         return fake_epoch(epochs[label], options["online"])
 
@@ -130,7 +130,7 @@ def test_the_fastest_grid_config_is_timed_beside_the_default_and_the_online_load
     first, second, third = order[:3], order[3:6], order[6:]
     assert first == ["default", "static", "online"]
     assert second == ["static", "online", "default"] and third == ["online", "default", "static"]
-    assert section["epoch_items"] == 1024 and section["grid"]["best"] == 1
+    assert section["epoch_items"] == 8192 and section["grid"]["best"] == 1
     assert section["loaders"]["static"]["describe"] == FAST.describe()
     static, default = section["targets"]
     assert static["ratio"] == pytest.approx(1.1) and not static["passed"]
@@ -197,7 +197,7 @@ def test_the_command_line_writes_json_and_markdown(
         return [[100.0 * (1 + s.num_workers)] for s in settings]
 
     def epoch(config: Path, settings: Settings, **options: Any) -> dict[str, Any]:
-        assert options["items"] == 512
+        assert options["items"] == 4096
         slow = settings.num_workers == 0 and not options["online"]
         return fake_epoch(20.0 if slow else 2.0, options["online"])
 
@@ -207,7 +207,8 @@ def test_the_command_line_writes_json_and_markdown(
     argv = ["online", "--workloads", "io-bound,cpu-decode", "--rounds", "1", "--out", str(out)]
     argv += ["--grid", '{"num_workers": [0, 2]}', "--epoch-scale", "0.25", "--seconds", "0.5"]
     assert _cli.main([*argv, "--keep-data"]) == 1  # a workload failed
-    assert {s.num_workers for s in grids[0]} == {0, 2} and len(grids[0]) == 1 + 3 * 2
+    # 2 workers x prefetch 2, 4, 8, never persistent (the default grid no longer is).
+    assert {s.num_workers for s in grids[0]} == {0, 2} and len(grids[0]) == 1 + 3
 
     results = json.loads(out.read_text())
     assert results["mode"] == "online" and results["targets"] == {"static": 1.05, "default": 1.0}
