@@ -248,7 +248,8 @@ HEADER = (
 )
 
 
-def _rate(value: float | None) -> str:
+def rate_text(value: float | None) -> str:
+    """Samples/s as the tables print them: thousands separated, three digits below 100."""
     if value is None:
         return "-"
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
@@ -256,16 +257,16 @@ def _rate(value: float | None) -> str:
 
 def _cells(row: Mapping[str, Any]) -> list[str]:
     probe, plain = row["probe"], row["plain"]
-    probe_text = _rate(probe["samples_per_s"])
+    probe_text = rate_text(probe["samples_per_s"])
     if probe["interval"]:
         low, high = probe["interval"]
-        probe_text += f" ({_rate(low)}-{_rate(high)})"
+        probe_text += f" ({rate_text(low)}-{rate_text(high)})"
     ratio = row["ratio"]
     return [
         row["config"],
         row["describe"],
         probe_text,
-        f"{_rate(plain['samples_per_s'])} (±{100 * plain['spread']:.1f}%)",
+        f"{rate_text(plain['samples_per_s'])} (±{100 * plain['spread']:.1f}%)",
         "-" if ratio is None else f"{ratio:.3f}",
         row["why"],
     ]

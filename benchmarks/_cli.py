@@ -5,6 +5,9 @@
     python -m benchmarks --agreement [--workloads NAME,...] [--rounds N] [--seconds S]
                          [--warmup S] [--trials N] [--study-dir DIR] [--seed N]
                          [--out PATH] [--keep-data]
+    python -m benchmarks --generalise [--workloads NAME,...] [--seeds N] [--rounds N]
+                         [--seconds S] [--warmup S] [--grid full|small|JSON] [--trials N]
+                         [--study-dir DIR] [--out PATH] [--keep-data] [--merge JSON ...]
 
 Progress goes to stderr, one table per workload to stdout; the results are
 written to ``DIR/<date>-<host>.json`` and ``.md``, and the markdown again to
@@ -14,6 +17,9 @@ written to ``DIR/<date>-<host>.json`` and ``.md``, and the markdown again to
 instead (:mod:`benchmarks._agreement`): the probe's figures beside a plain training
 loop's, written to ``PATH`` (a ``.json`` file, or a folder for
 ``agreement-<date>.json``).
+
+``--generalise`` (or ``generalise`` as the first word) runs the generalisation benchmark
+instead (:mod:`benchmarks._generalise_cli`).
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ import torch
 
 import autotune
 from autotune.machine._machine import detect_machine
-from benchmarks import _agreement, _report
+from benchmarks import _agreement, _generalise_cli, _report
 from benchmarks._run import run_workload
 from benchmarks._workloads import (
     WORKLOADS,
@@ -90,6 +96,7 @@ def _parser() -> argparse.ArgumentParser:
         "--keep-data", action="store_true", help="keep the workloads' files for the next run"
     )
     _agreement_arguments(parser)
+    _generalise_cli.add_arguments(parser)
     return parser
 
 
@@ -130,13 +137,20 @@ class _Clock:
         print(f"[{elapsed:7.1f}s] {self.prefix}{text}", file=sys.stderr, flush=True)
 
 
+def _mode_word(argv: Sequence[str]) -> list[str]:
+    """The words, a mode given as the first (``agreement ...``) turned into its flag."""
+    words = list(argv)
+    if words[:1] in (["agreement"], ["generalise"]):
+        words[0] = "--" + words[0]
+    return words
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the suite (or the agreement check); returns the exit code (1 when a workload
     failed to run, 2 for wrong arguments)."""
-    words = list(sys.argv[1:] if argv is None else argv)
-    if words[:1] == ["agreement"]:
-        words[0] = "--agreement"
-    args = _parser().parse_args(words)
+    args = _parser().parse_args(_mode_word(sys.argv[1:] if argv is None else argv))
+    if _generalise_cli.applies(args):
+        return _generalise_cli.main(args)
     problem = _misplaced(args) or _counts_problem(args)
     if problem:
         print(f"python -m benchmarks: {problem}", file=sys.stderr)
