@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._agreement import rate_text
+from benchmarks._generalise import GridSpec
 from benchmarks._generalise_plot import svg
+from benchmarks._generalise_targets import assess
 
 HEADER = (
     "| config | settings | plain loop samples/s (spread) | × grid best | × default | "
@@ -24,23 +26,53 @@ TARGET_COLUMNS = (
     "inside printed interval",
     "choices / grid best",
 )
-READING = """\
-How to read it. Each workload was searched three times as a user runs it
-(`autotune.search(config, seed=s)`, seeds 1-3, the default budget). The plain-loop
+
+
+def _reading(options: Mapping[str, Any]) -> str:
+    """How to read the tables, for the options of the run."""
+    grid = options["grid"]
+    searches = f"{options['seeds']} time(s)" if options["seeds"] != 3 else "three times"
+    budget = f"{options['trials']} trials" if options.get("trials") else "the default budget"
+    return f"""\
+How to read it. Each workload was searched {searches} as a user runs it
+(`autotune.search(config, seed=s)`, seeds 1-{options["seeds"]}, {budget}). The plain-loop
 checker (`benchmarks/_checker.py`, which imports nothing of the probe or the search)
-then measured, in one interleaved set of rounds, the grid (num_workers 0, 1, 2, 4, 8, 16
-× training threads 1 and every CPU × persistent_workers no and yes, persistence only
-with workers, prefetch_factor at the DataLoader's default) at the user's batch size
-without AMP and at each other batch size and AMP a search chose, the default loader
-(`DataLoader(ds, batch_size=B)`, threads left to torch) and each choice. Every figure
-is the median of those rounds; spread is half their range over the median. "Grid best"
-is the best grid point. "autotune printed" is what the search printed for its choice:
-its samples/s with the lowest and highest of its confirming rounds, and its speedup;
-"inside?" asks whether the plain loop's median falls within that samples/s range. The
-space cost is the configs in the space the search covered × the checker's rounds × the
-mean wall time of one checker measurement in the same run: what measuring that whole
-space at the checker's precision would take.
+then measured, in one interleaved set of {options["rounds"]} rounds of {options["seconds"]:g} s
+after {options["warmup"]:g} s of warm-up, the grid (num_workers {_values(grid["num_workers"])}
+× training threads {_values(grid["threads"])} × persistent_workers
+{_values(grid["persistent_workers"])}, persistence only with workers, prefetch_factor at
+the DataLoader's default) at the user's batch size without AMP and at each other batch
+size and AMP a search chose, the default loader (`DataLoader(ds, batch_size=B)`, threads
+left to torch) and each choice. Every figure is the median of those rounds; spread is
+half their range over the median. "Grid best" is the best grid point. "autotune printed"
+is what the search printed for its choice: its samples/s with the lowest and highest of
+its confirming rounds, and its speedup; "inside?" asks whether the plain loop's median
+falls within that samples/s range. The space cost is the configs in the space the search
+covered × the checker's rounds × the mean wall time of one checker measurement in the
+same run: what measuring that whole space at the checker's precision would take.
 """
+
+
+def _word(value: Any) -> str:
+    if isinstance(value, bool):  # before the numbers: True == 1 and False == 0
+        return "yes" if value else "no"
+    return "every CPU" if value == "all" else str(value)
+
+
+def _values(values: Sequence[Any]) -> str:
+    return ", ".join(_word(v) for v in values)
+
+
+def departures(options: Mapping[str, Any]) -> list[str]:
+    """How a run's options depart from issue 14's protocol (none for a full run)."""
+    found = []
+    if options["seeds"] != 3:
+        found.append(f"{options['seeds']} search(es) per workload, not 3")
+    if options.get("trials"):
+        found.append(f"{options['trials']} exploration trials, not the default budget")
+    if options["grid"] != GridSpec().to_dict():
+        found.append("a narrowed grid")
+    return found
 
 
 def _percent(value: float) -> str:
@@ -177,10 +209,13 @@ def _cost_line(section: Mapping[str, Any]) -> str:
         return "No search finished."
     sizes = "/".join(str(s) for s in sorted({c["space_size"] for c in figures["choices"]}))
     costs = "/".join(f"{c:,.0f}" for c in sorted({c["space_cost_s"] for c in figures["choices"]}))
+    against_grid = "/".join(f"{r:.2f}" for r in figures["search_vs_grid"])
     return (
         f"Choices: {figures['spread']['low']:.3f}-{figures['spread']['high']:.3f} of the grid "
         f"best. Space cost: {sizes} configs × {checker['rounds']} rounds × "
-        f"{checker['mean_measurement_s']:.2f} s = {costs} s."
+        f"{checker['mean_measurement_s']:.2f} s = {costs} s. For scale, not judged: the "
+        f"{figures['grid_points']} grid points alone cost {figures['grid_cost_s']:,.0f} s at "
+        f"that rate, and each search took {against_grid} × that."
     )
 
 
@@ -225,7 +260,7 @@ def _header(results: Mapping[str, Any]) -> list[str]:
     return [
         f"{results['started'][:10]}, {results['host']}: {machine['cpus']} CPUs "
         f"({machine['cpu_model']}), {gpus}; torch {versions.get('torch', '?')}, autotune at "
-        f"{', '.join(commits)}; {options['seeds']} searches per workload ({budget}); the "
+        f"{', '.join(commits)}; {options['seeds']} search(es) per workload ({budget}); the "
         f"plain loop {options['rounds']} rounds of {options['seconds']:g} s; "
         f"{results.get('wall_s', 0) / 60:.0f} min in all"
         + (f" over {len(runs)} runs" if len(runs) > 1 else "")
@@ -233,18 +268,26 @@ def _header(results: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def _departure_note(options: Mapping[str, Any]) -> list[str]:
+    found = departures(options)
+    if not found:
+        return []
+    return [f"> Not issue 14's protocol: {'; '.join(found)}. Its verdicts judge this run only.", ""]
+
+
 def document(results: Mapping[str, Any], json_name: str, svg_name: str) -> str:
     """The whole markdown: header, plot, targets, a section per workload."""
     sections = results["workloads"]
     lines = [
-        "## Generalisation: three searches per workload, judged by the plain loop",
+        "## Generalisation: searches judged by the plain loop on workloads nobody tuned for",
         "",
         *_header(results),
         f"Every figure is in [{json_name}]({json_name}).",
         "",
+        *_departure_note(results["options"]),
         f"![each choice against the grid]({svg_name})",
         "",
-        READING,
+        _reading(results["options"]),
         "### Targets",
         "",
         *targets_table(sections),
@@ -263,9 +306,25 @@ def write(results: Mapping[str, Any], path: Path) -> tuple[Path, Path, Path]:
     return path, md_path, svg_path
 
 
+def _judged_again(section: dict[str, Any]) -> dict[str, Any]:
+    """The figures and verdicts of a section, recomputed from its measured rounds with
+    this version's rules (nothing is measured again)."""
+    if "error" in section:
+        return section
+    checker = section["checker"]
+    judged = assess(
+        section["measurements"],
+        section["searches"],
+        rounds=checker["rounds"],
+        measurement_s=checker["mean_measurement_s"],
+    )
+    return {**section, **judged}
+
+
 def merge(paths: Sequence[Path]) -> dict[str, Any]:
     """Several runs' results as one: the first run's header, every run's workloads in
-    order (a workload run twice: the later run's), and where each came from.
+    order (a workload run twice: the later run's) judged again by this version's rules,
+    and where each came from.
 
     Raises:
         ValueError: a file that is not a generalisation run's results.
@@ -280,7 +339,7 @@ def merge(paths: Sequence[Path]) -> dict[str, Any]:
     for _, data in runs:
         for section in data["workloads"]:
             sections.pop(section["name"], None)
-            sections[section["name"]] = section
+            sections[section["name"]] = _judged_again(section)
     merged = dict(runs[0][1])
     merged["workloads"] = list(sections.values())
     merged["wall_s"] = sum(data.get("wall_s", 0.0) for _, data in runs)

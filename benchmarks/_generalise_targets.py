@@ -132,6 +132,7 @@ def assess(
         for search in searches
     ]
     ratios = [c["vs_grid"] for c in choices]
+    grid_cost_s = len(grid) * rounds * measurement_s
     figures = {
         "grid_best": {
             "describe": best["describe"] if best else None,
@@ -142,6 +143,8 @@ def assess(
         "default_samples_per_s": default,
         "choices": choices,
         "spread": {"low": min(ratios, default=0.0), "high": max(ratios, default=0.0)},
+        "grid_cost_s": grid_cost_s,
+        "search_vs_grid": [_ratio(s["wall_s"], grid_cost_s) for s in searches],
         "space_cost": (
             "configs in the search's space x the checker's rounds x the mean wall time of "
             f"one checker measurement in this run ({rounds} x {measurement_s:.2f} s)"

@@ -198,6 +198,8 @@ def test_the_figures_name_the_grid_best_and_the_spread_of_the_choices() -> None:
     assert figures["spread"] == {"low": pytest.approx(0.90), "high": pytest.approx(1.02)}
     assert [c["vs_default"] for c in figures["choices"]] == pytest.approx([1.9, 2.04, 1.8])
     assert [c["space_cost_s"] for c in figures["choices"]] == [3000.0] * 3
+    assert figures["grid_cost_s"] == 2 * 3 * 2.0  # for scale: the grid alone, not judged
+    assert figures["search_vs_grid"] == pytest.approx([100 / 12] * 3)
     assert [c["speedup_inside"] for c in figures["choices"]] == [True, True, True]
     detail = judged["verdicts"][4]["detail"]
     assert detail == "seed 1 inside, seed 2 inside, seed 3 inside"
@@ -340,11 +342,13 @@ def test_the_markdown_and_the_plot_show_every_choice(
     assert len(marks) == 3 and len([e for e in tree.iter() if e.get("class") == "grid"]) == 44
     assert json.loads(json_path.read_text())["workloads"][1] == broken
 
-    again = dict(results, workloads=[dict(section, name="io-bound")], commit="abcdef0")
+    stale = dict(section, name="io-bound", verdicts=[], figures={})  # from an older version
+    again = dict(results, workloads=[stale], commit="abcdef0")
     (tmp_path / "h.json").write_text(json.dumps(again))
     merged = _generalise_report.merge([json_path, tmp_path / "h.json"])
     assert [s["name"] for s in merged["workloads"]] == ["compute-bound", "io-bound"]
-    assert "error" not in merged["workloads"][1]  # the later run's io-bound
+    assert "error" not in merged["workloads"][1]  # the later run's io-bound, judged again
+    assert merged["workloads"][1]["verdicts"] == section["verdicts"]
     assert [m["commit"] for m in merged["merged_from"]] == ["0123456789", "abcdef0"]
     assert "0123456, abcdef0" in _generalise_report.document(merged, "m.json", "m.svg")
 
@@ -433,3 +437,25 @@ def test_the_generalise_modules_import_only_autotunes_public_names() -> None:
                     assert {a.name for a in node.names} <= set(autotune.__all__), name
             if isinstance(node, ast.Import):
                 assert all(a.name in ("autotune",) or "autotune" not in a.name for a in node.names)
+
+
+def test_a_run_that_departs_from_the_issues_protocol_says_so() -> None:
+    assert _generalise_report.departures(GeneraliseOptions().to_dict()) == []
+    short = GeneraliseOptions(seeds=1, trials=4, grid=parse_grid("small")).to_dict()
+    assert _generalise_report.departures(short) == [
+        "1 search(es) per workload, not 3",
+        "4 exploration trials, not the default budget",
+        "a narrowed grid",
+    ]
+    results = {
+        "started": "2026-12-01T10:00:00",
+        "host": "vm",
+        "machine": MACHINE.to_dict(),
+        "options": short,
+        "workloads": [],
+    }
+    document = _generalise_report.document(results, "g.json", "g.svg")
+    assert "> Not issue 14's protocol: 1 search(es) per workload, not 3;" in document
+    assert (
+        "(num_workers 0, 2\n× training threads 1, every CPU × persistent_workers\nyes," in document
+    )
