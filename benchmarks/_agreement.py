@@ -20,12 +20,15 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import autotune
-from autotune import SearchResult, Settings
+from autotune import Settings
 from benchmarks._checker import measure_interleaved, median, spread
 from benchmarks._workloads import BenchWorkload
+
+if TYPE_CHECKING:  # the result's module loads the probe: not needed to read a result
+    from autotune import SearchResult
 
 AGREEMENT = 0.05
 """The probe and the plain loop agree within this fraction of the plain loop's median."""
@@ -110,26 +113,60 @@ def verdict(probe: float | None, plain_rounds: Sequence[float]) -> tuple[bool, s
     )
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Searched:
+    """One search of a workload, as a check runs it: a user's call with no flags."""
+
+    result: SearchResult
+    options: dict[str, Any]
+    """What ``autotune.search`` was given, the study left out."""
+    study: Path
+    wall_s: float
+    """Wall time of the call: preflight, exploration, confirmation and ceilings."""
+
+
+def run_search(
+    workload: BenchWorkload,
+    folder: Path,
+    *,
+    seed: int,
+    trials: int | None,
+    machine: autotune.Machine,
+    say: Say,
+    tag: str = "agreement",
+) -> Searched:
+    """``autotune.search(config, seed=...)`` with its default options (or ``trials``), its
+    study in ``folder``; on a machine with several GPUs, one process on one device, as the
+    plain loop trains."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    study = folder / f"{tag}-{workload.config.stem}-seed{seed}-{stamp}.db"
+    search: dict[str, Any] = {"seed": seed, "study": str(study)}
+    if trials is not None:
+        search["trials"] = trials
+    if len(machine.gpus) > 1:
+        search["gpus"] = 0
+    say(f"autotune.search {workload.config.name} ({search})")
+    began = time.perf_counter()
+    result = autotune.search(workload.config, progress=autotune.LineProgress(sys.stderr), **search)
+    return Searched(
+        result=result,
+        options={k: v for k, v in search.items() if k != "study"},
+        study=study,
+        wall_s=time.perf_counter() - began,
+    )
+
+
 def run_workload(
     workload: BenchWorkload, options: AgreementOptions, machine: autotune.Machine, say: Say
 ) -> dict[str, Any]:
     """Search one workload, measure the default and the choice with the plain loop;
     returns its section of the results (JSON types only)."""
     began = time.perf_counter()
-    with _study_folder(options.study_dir) as folder:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        study = folder / f"agreement-{workload.config.stem}-{stamp}.db"
-        search: dict[str, Any] = {"seed": options.seed, "study": str(study)}
-        if options.trials is not None:
-            search["trials"] = options.trials
-        if len(machine.gpus) > 1:
-            # The plain loop trains one process on one device; so does the search here.
-            search["gpus"] = 0
-        say(f"autotune.search {workload.config.name} ({search})")
-        result = autotune.search(
-            workload.config, progress=autotune.LineProgress(sys.stderr), **search
+    with study_folder(options.study_dir) as folder:
+        searched = run_search(
+            workload, folder, seed=options.seed, trials=options.trials, machine=machine, say=say
         )
-        search_s = time.perf_counter() - began
+    result = searched.result
     sides = probe_sides(result, result.user_batch)
     plain = _plain_rounds(workload, sides, options, result.device, say)
     return {
@@ -137,9 +174,9 @@ def run_workload(
         "config": workload.config.relative_to(workload.config.parents[2]).as_posix(),
         "device": result.device,
         "search": {
-            "options": {k: v for k, v in search.items() if k != "study"},
-            "study": str(study) if options.study_dir else None,
-            "wall_s": search_s,
+            "options": searched.options,
+            "study": str(searched.study) if options.study_dir else None,
+            "wall_s": searched.wall_s,
             "confirmed": result.confirmed,
             "probe_rounds": result.rounds,
             "probe_noise": result.noise,
@@ -151,12 +188,13 @@ def run_workload(
 
 
 @contextmanager
-def _study_folder(kept: Path | None) -> Iterator[Path]:
+def study_folder(kept: Path | None) -> Iterator[Path]:
+    """``kept`` (made if missing), or a temporary folder removed after."""
     if kept is not None:
         kept.mkdir(parents=True, exist_ok=True)
         yield kept
         return
-    with tempfile.TemporaryDirectory(prefix="autotune-agreement-") as folder:
+    with tempfile.TemporaryDirectory(prefix="autotune-studies-") as folder:
         yield Path(folder)
 
 
@@ -210,7 +248,8 @@ HEADER = (
 )
 
 
-def _rate(value: float | None) -> str:
+def rate_text(value: float | None) -> str:
+    """Samples/s as the tables print them: thousands separated, three digits below 100."""
     if value is None:
         return "-"
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
@@ -218,16 +257,16 @@ def _rate(value: float | None) -> str:
 
 def _cells(row: Mapping[str, Any]) -> list[str]:
     probe, plain = row["probe"], row["plain"]
-    probe_text = _rate(probe["samples_per_s"])
+    probe_text = rate_text(probe["samples_per_s"])
     if probe["interval"]:
         low, high = probe["interval"]
-        probe_text += f" ({_rate(low)}-{_rate(high)})"
+        probe_text += f" ({rate_text(low)}-{rate_text(high)})"
     ratio = row["ratio"]
     return [
         row["config"],
         row["describe"],
         probe_text,
-        f"{_rate(plain['samples_per_s'])} (±{100 * plain['spread']:.1f}%)",
+        f"{rate_text(plain['samples_per_s'])} (±{100 * plain['spread']:.1f}%)",
         "-" if ratio is None else f"{ratio:.3f}",
         row["why"],
     ]

@@ -8,6 +8,9 @@
     python -m benchmarks --online [--workloads NAME,...] [--rounds N] [--seconds S]
                          [--warmup S] [--grid JSON] [--epoch-scale F] [--seed N]
                          [--out PATH] [--keep-data]
+    python -m benchmarks --generalise [--workloads NAME,...] [--seeds N] [--rounds N]
+                         [--seconds S] [--warmup S] [--grid full|small|JSON] [--trials N]
+                         [--study-dir DIR] [--out PATH] [--keep-data] [--merge JSON ...]
 
 Progress goes to stderr, one table per workload to stdout; the results are
 written to ``DIR/<date>-<host>.json`` and ``.md``, and the markdown again to
@@ -22,6 +25,13 @@ loop's, written to ``PATH`` (a ``.json`` file, or a folder for
 default loader, the best static config of a grid and ``autotune.online``
 (:mod:`benchmarks._online`), written to ``PATH`` (a ``.json`` file, or a folder for
 ``online-<date>.json``) and the same name with ``.md``.
+
+``--generalise`` (or ``generalise`` as the first word) runs the generalisation benchmark
+instead (:mod:`benchmarks._generalise_cli`): searches of every workload judged by the
+plain loop on a grid, written to ``PATH`` (a ``.json`` file, or a folder for
+``generalise-<date>-<time>.json``) with its markdown and plot beside it.
+
+Each mode refuses the flags of the others that do not apply to it (``_ONLY``).
 """
 
 from __future__ import annotations
@@ -39,7 +49,7 @@ from typing import Any
 
 from autotune import SpaceError
 from autotune.machine._machine import Machine, detect_machine
-from benchmarks import _agreement, _online, _report
+from benchmarks import _agreement, _generalise, _generalise_cli, _online, _report
 from benchmarks._run import run_workload
 from benchmarks._runs import FORMAT, Check, Clock, cleanup, git, host, run_check, versions
 from benchmarks._workloads import (
@@ -71,14 +81,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--rounds", type=int, help="interleaved rounds (default 3 quick, 5 full)")
     parser.add_argument(
-        "--seed", type=int, default=0, help="seeds autotune's sampler and every probe"
+        "--seed",
+        type=int,
+        default=0,
+        help="seeds autotune's sampler and every probe (--generalise: the plain loop's data "
+        "order; its searches are seeded 1..N)",
     )
     parser.add_argument(
         "--out",
         type=Path,
         default=HERE / "results",
-        help="folder for <date>-<host>.json and .md (--agreement: a .json file, or a folder "
-        "for agreement-<date>.json)",
+        help="folder for <date>-<host>.json and .md (the other modes: a .json file, or a "
+        "folder for agreement-<date>.json, online-<date>.json, generalise-<date>-<time>.json)",
     )
     summary = parser.add_mutually_exclusive_group()
     summary.add_argument(
@@ -90,6 +104,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     _agreement_arguments(parser)
     _online_arguments(parser)
+    _generalise_cli.add_arguments(parser)
     return parser
 
 
@@ -104,18 +119,24 @@ def _agreement_arguments(parser: argparse.ArgumentParser) -> None:
         "--agreement", action="store_true", help="run the agreement check instead of the suite"
     )
     group.add_argument(
-        "--trials", type=int, help="autotune's exploration trials (default: its own)"
+        "--trials",
+        type=int,
+        help="autotune's exploration trials (default: its own; also --generalise)",
     )
     group.add_argument(
         "--seconds",
         type=float,
-        help="timed part of one plain-loop measurement (default 1.5; also --online)",
+        help="timed part of one plain-loop measurement (default 1.5; also --online, --generalise)",
     )
     group.add_argument(
-        "--warmup", type=float, help="untimed training before it (default 0.5; also --online)"
+        "--warmup",
+        type=float,
+        help="untimed training before it (default 0.5; also --online, --generalise)",
     )
     group.add_argument(
-        "--study-dir", type=Path, help="keep the searches' studies here (default: not kept)"
+        "--study-dir",
+        type=Path,
+        help="keep the searches' studies here (default: not kept; also --generalise)",
     )
 
 
@@ -132,9 +153,10 @@ def _online_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--grid",
-        help="the static grid's loader knobs as a JSON space dict, over the default "
-        "(num_workers 0 and doubling to the online bound, prefetch 2-8, persistent or not), e.g. "
-        '\'{"num_workers": [0, 4], "prefetch_factor": 2, "persistent_workers": false}\'',
+        help="--online: the static grid's loader knobs as a JSON space dict, over the default "
+        "(num_workers 0 and doubling to the online bound, prefetch 2-8, not persistent), e.g. "
+        '\'{"num_workers": [0, 4], "prefetch_factor": 2, "persistent_workers": false}\'; '
+        f"--generalise: {_generalise_cli.GRID_HELP}",
     )
     group.add_argument(
         "--epoch-scale",
@@ -143,33 +165,53 @@ def _online_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+_MODES = ("agreement", "online", "generalise")
+"""The modes besides the suite: each a flag, or the first word of the command line."""
 _ONLY: dict[str, tuple[str, ...]] = {
-    "trials": ("agreement",),
-    "study_dir": ("agreement",),
-    "seconds": ("agreement", "online"),
-    "warmup": ("agreement", "online"),
-    "grid": ("online",),
+    "trials": ("agreement", "generalise"),
+    "study_dir": ("agreement", "generalise"),
+    "seconds": ("agreement", "online", "generalise"),
+    "warmup": ("agreement", "online", "generalise"),
+    "grid": ("online", "generalise"),
     "epoch_scale": ("online",),
+    "seeds": ("generalise",),
+    "merge": ("generalise",),
 }
 """The flags of the other modes, and the modes they apply to."""
+_INSTEAD_OF_QUICK = {
+    "agreement": "--rounds and --seconds",
+    "online": "--rounds and --seconds",
+    "generalise": "--grid small, --seeds and --seconds",
+}
+"""What shortens a mode's run, as --quick shortens the suite's."""
+_LEAST_ROUNDS = {"generalise": _generalise.MIN_ROUNDS}
+"""The modes that need more than one round, and how many."""
+
+
+def _mode_word(argv: Sequence[str]) -> list[str]:
+    """The words, a mode given as the first (``agreement ...``) turned into its flag."""
+    words = list(argv)
+    if words and words[0] in _MODES:
+        words[0] = "--" + words[0]
+    return words
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the suite (or the agreement check, or the online comparison); returns the exit
-    code (1 when a workload failed to run, 2 for wrong arguments)."""
-    words = list(sys.argv[1:] if argv is None else argv)
-    if words[:1] in (["agreement"], ["online"]):
-        words[0] = "--" + words[0]
-    args = _parser().parse_args(words)
+    """Run the suite (or the agreement check, the online comparison or the generalisation
+    benchmark); returns the exit code (1 when a workload failed to run, 2 for wrong
+    arguments)."""
+    args = _parser().parse_args(_mode_word(sys.argv[1:] if argv is None else argv))
     problem = _misplaced(args) or _counts_problem(args)
     if problem:
         print(f"python -m benchmarks: {problem}", file=sys.stderr)
         return 2
-    if args.agreement:
-        return _agreement_main(args)
-    if args.online:
-        return _online_main(args)
-    return _suite_main(args)
+    runs = {
+        "agreement": _agreement_main,
+        "online": _online_main,
+        "generalise": _generalise_cli.main,
+        "suite": _suite_main,
+    }
+    return runs[_mode(args)](args)
 
 
 def _suite_main(args: argparse.Namespace) -> int:
@@ -228,16 +270,18 @@ def _suite_main(args: argparse.Namespace) -> int:
 
 
 def _mode(args: argparse.Namespace) -> str:
-    return "agreement" if args.agreement else "online" if args.online else "suite"
+    return next((mode for mode in _MODES if getattr(args, mode)), "suite")
 
 
 def _misplaced(args: argparse.Namespace) -> str | None:
     """A flag given to a mode it does not apply to."""
-    if args.agreement and args.online:
-        return "--agreement and --online are two modes; give one."
+    modes = [f"--{mode}" for mode in _MODES if getattr(args, mode)]
+    if len(modes) > 1:
+        named = f"{', '.join(modes[:-1])} and {modes[-1]}"
+        return f"{named} are {('two', 'three')[len(modes) - 2]} modes; give one."
     mode = _mode(args)
     if mode != "suite" and args.quick:
-        return f"--quick does not apply to --{mode} (use --rounds and --seconds)."
+        return f"--quick does not apply to --{mode} (use {_INSTEAD_OF_QUICK[mode]})."
     if mode != "suite" and args.no_summary:
         return f"--no-summary does not apply to --{mode} (it writes no summary page)."
     given = [
@@ -252,10 +296,11 @@ def _misplaced(args: argparse.Namespace) -> str | None:
 
 def _counts_problem(args: argparse.Namespace) -> str | None:
     """A count or a duration out of range."""
-    for name in ("rounds", "trials"):
+    least = {"rounds": _LEAST_ROUNDS.get(_mode(args), 1), "trials": 1, "seeds": 1}
+    for name, fewest in least.items():
         value = getattr(args, name)
-        if value is not None and value < 1:
-            return f"--{name} is {value}; expected >= 1."
+        if value is not None and value < fewest:
+            return f"--{name} is {value}; expected >= {fewest}."
     if args.seconds is not None and args.seconds <= 0:
         return f"--seconds is {args.seconds}; expected > 0."
     if args.warmup is not None and args.warmup < 0:
@@ -334,6 +379,8 @@ def _grid(text: str | None, machine: Machine) -> dict[str, Any]:
     """
     if text is None:
         return {}
+    if text in _generalise.NAMED_GRIDS:
+        raise ValueError(f"--grid {text} is for --generalise; --online takes a JSON object.")
     try:
         grid = json.loads(text)
     except json.JSONDecodeError as error:

@@ -1,6 +1,7 @@
 """What every run of the suite shares: progress lines, the facts its results start with
 (host, commit, versions), the workloads' clean-up, and the loop of a check that runs
-workload by workload (the agreement check, the online comparison)."""
+workload by workload (the agreement check, the online comparison, the generalisation
+benchmark)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ class Clock:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Check:
-    """A check run workload by workload (agreement, online): what it writes and how."""
+    """A check run workload by workload (agreement, online, generalise): what it writes
+    and how."""
 
     name: str
     header: dict[str, Any]
@@ -57,6 +59,11 @@ class Check:
     """One workload's section, in markdown."""
     document: Callable[[Mapping[str, Any]], str] | None = None
     """The whole markdown file (written beside the JSON); None: no markdown file."""
+    write: Callable[[Mapping[str, Any], Path], Sequence[Path]] | None = None
+    """Writes the results to the ``.json`` path it is given and what goes beside it, and
+    returns the files written; None: the JSON, and ``document``'s markdown if any."""
+    stamp: str = "%Y-%m-%d"
+    """How the file's name dates the run when ``out`` is a folder (``NAME-<stamp>.json``)."""
 
 
 def run_check(
@@ -69,10 +76,11 @@ def run_check(
 ) -> int:
     """Run ``check`` on every workload, printing each table and writing the results after
     each (a run cut short keeps what it measured) to ``out`` (a ``.json`` file, or a
-    folder for ``NAME-<date>.json``); returns 1 when a workload failed, else 0."""
+    folder for ``NAME-<date>.json``, dated by ``check.stamp``); returns 1 when a workload
+    failed, else 0."""
     clock = Clock()
     started = datetime.datetime.now()
-    path = out if out.suffix == ".json" else out / f"{check.name}-{started:%Y-%m-%d}.json"
+    path = results_path(out, check.name, started, check.stamp)
     results: dict[str, Any] = {
         "format": FORMAT,
         "mode": check.name,
@@ -85,6 +93,7 @@ def run_check(
         "versions": versions(),
         "workloads": [],
     }
+    written: Sequence[Path] = ()
     try:
         for workload in workloads:
             clock.prefix = f"{workload.name}: "
@@ -96,16 +105,31 @@ def run_check(
             results["workloads"].append(section)
             results["wall_s"] = time.monotonic() - clock.began
             print(check.table(section), flush=True)
-            write_json(path, results)
-            if check.document is not None:
-                path.with_suffix(".md").write_text(check.document(results))
+            written = _write(check, results, path)
     finally:
         clock.prefix = ""
         if not keep_data:
             cleanup(workloads)
-    written = f"{path} and {path.with_suffix('.md')}" if check.document else str(path)
-    clock.say(f"results: {written}")
+    clock.say(f"results: {', '.join(str(p) for p in written)}")
     return 1 if any("error" in s for s in results["workloads"]) else 0
+
+
+def results_path(out: Path, name: str, started: datetime.datetime, stamp: str = "%Y-%m-%d") -> Path:
+    """``out`` when it names a ``.json`` file, else ``NAME-<started, as stamp>.json`` in
+    that folder."""
+    return out if out.suffix == ".json" else out / f"{name}-{started.strftime(stamp)}.json"
+
+
+def _write(check: Check, results: dict[str, Any], path: Path) -> Sequence[Path]:
+    """The results' files, as ``check`` writes them; returns their paths."""
+    if check.write is not None:
+        return check.write(results, path)
+    write_json(path, results)
+    if check.document is None:
+        return (path,)
+    md_path = path.with_suffix(".md")
+    md_path.write_text(check.document(results))
+    return (path, md_path)
 
 
 def write_json(path: Path, results: dict[str, Any]) -> None:

@@ -175,6 +175,9 @@ def test_a_static_config_that_is_the_default_is_timed_once(
         ["online", "--grid", "[0, 4]"],  # not an object
         ["online", "--grid", '{"batch_size": [16]}'],  # not a loader knob
         ["online", "--grid", '{"num_workers": [-1, 2]}'],  # out of range
+        ["online", "--grid", "small"],  # a name only --generalise knows
+        ["online", "--seeds", "2"],  # a flag of --generalise
+        ["--online", "--generalise"],
     ],
 )
 def test_the_command_line_refuses_what_does_not_apply(

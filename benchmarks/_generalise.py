@@ -1,0 +1,393 @@
+"""Does the choice hold on workloads nobody tuned for? (issue 14)
+
+For each workload: three searches as a user runs them (``autotune.search(config,
+seed=s)``, seeds 1, 2, 3, the default budget), then the plain-loop checker
+(:mod:`benchmarks._checker`, independent of the probe) measures, in one interleaved
+set of rounds:
+
+- the grid: num_workers {0, 1, 2, 4, 8, 16} x training threads {1, every CPU} x
+  persistent_workers {no, yes} (persistence only with workers), prefetch_factor at
+  the DataLoader's default, at the user's batch size with AMP off, and again at each
+  other (batch size, AMP) a search chose;
+- the default loader (``Settings(batch_size=user's)``, threads left to torch);
+- each search's choice.
+
+The targets are judged on the checker's medians (:mod:`benchmarks._generalise_targets`).
+This module reads the searches through ``autotune.search``'s public result only: it
+imports nothing of the probe, the exploration or the decision
+(``tests/test_generalise.py`` checks that in a fresh interpreter).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from autotune import Settings
+from benchmarks._agreement import Searched, run_search, study_folder
+from benchmarks._checker import CheckerError, measure, median, spread
+from benchmarks._generalise_targets import assess, space_size
+from benchmarks._verdicts import Verdict
+from benchmarks._workloads import BenchWorkload
+
+if TYPE_CHECKING:
+    from autotune import Machine
+    from autotune.settings._settings import AmpMode
+
+Say = Callable[[str], None]
+
+GRID_WORKERS = (0, 1, 2, 4, 8, 16)
+ALL_CPUS = "all"
+"""A training-thread count in a grid: every CPU the machine gives this process."""
+DEFAULT_SEEDS = 3
+DEFAULT_ROUNDS = 3
+MIN_ROUNDS = 3
+"""The checker's medians come from at least this many interleaved rounds (issue 14)."""
+GRID_KNOBS = ("num_workers", "threads", "persistent_workers")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GridSpec:
+    """Which grid the checker measures at each (batch size, AMP)."""
+
+    workers: tuple[int, ...] = GRID_WORKERS
+    threads: tuple[int | str, ...] = (1, ALL_CPUS)
+    """Training threads; ``"all"``: every CPU."""
+    persistent: tuple[bool, ...] = (False, True)
+    """persistent_workers, for the points with workers."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "num_workers": list(self.workers),
+            "threads": list(self.threads),
+            "persistent_workers": list(self.persistent),
+        }
+
+
+NAMED_GRIDS = {
+    "full": GridSpec(),
+    "small": GridSpec(workers=(0, 2), persistent=(True,)),
+}
+"""``--grid`` by name: the issue's grid, and four points for a run that only shows the
+mode works (workers 0 and 2, persistent, 1 thread and every CPU)."""
+
+
+def parse_grid(text: str | None) -> GridSpec:
+    """``--grid``: a name from :data:`NAMED_GRIDS`, or a JSON object narrowing the full
+    grid's knobs, e.g. ``{"num_workers": [0, 2], "threads": ["all"]}``.
+
+    Raises:
+        ValueError: not a name nor a JSON object, an unknown knob, or a value of the
+            wrong kind.
+    """
+    if text is None:
+        return GridSpec()
+    if text in NAMED_GRIDS:
+        return NAMED_GRIDS[text]
+    try:
+        given = json.loads(text)
+    except json.JSONDecodeError:
+        given = None
+    if not isinstance(given, dict):
+        raise ValueError(
+            f"--grid is {text!r}; expected {' or '.join(NAMED_GRIDS)}, or a JSON object "
+            f"of {', '.join(GRID_KNOBS)}, e.g. '{{\"num_workers\": [0, 2]}}'."
+        )
+    unknown = sorted(set(given) - set(GRID_KNOBS))
+    if unknown:
+        raise ValueError(f"--grid has unknown knobs {unknown}; the grid's are {list(GRID_KNOBS)}.")
+    values = {knob: _as_list(knob, raw) for knob, raw in given.items()}
+    return GridSpec(
+        workers=tuple(_checked(values, "num_workers", _is_workers, GRID_WORKERS)),
+        threads=tuple(_checked(values, "threads", _is_threads, (1, ALL_CPUS))),
+        persistent=tuple(_checked(values, "persistent_workers", _is_flag, (False, True))),
+    )
+
+
+def _as_list(knob: str, raw: Any) -> list[Any]:
+    values = raw if isinstance(raw, list) else [raw]
+    if not values:
+        raise ValueError(f"--grid's {knob} is empty; give at least one value.")
+    return values
+
+
+def _is_workers(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_threads(value: Any) -> bool:
+    return value == ALL_CPUS or (_is_workers(value) and value >= 1)
+
+
+def _is_flag(value: Any) -> bool:
+    return isinstance(value, bool)
+
+
+_EXPECTED = {
+    "num_workers": "integers >= 0",
+    "threads": f'integers >= 1 or "{ALL_CPUS}"',
+    "persistent_workers": "true or false",
+}
+
+
+def _checked(
+    values: Mapping[str, list[Any]],
+    knob: str,
+    valid: Callable[[Any], bool],
+    default: Sequence[Any],
+) -> list[Any]:
+    chosen = values.get(knob, list(default))
+    wrong = [v for v in chosen if not valid(v)]
+    if wrong:
+        raise ValueError(f"--grid's {knob} has {wrong}; expected {_EXPECTED[knob]}.")
+    return list(dict.fromkeys(chosen))
+
+
+def grid_points(batch_size: int, amp: str, cpus: int, spec: GridSpec) -> list[Settings]:
+    """The grid at one batch size and AMP mode: workers x threads x persistence
+    (persistence only with workers), prefetch_factor at the DataLoader's default."""
+    threads = sorted({cpus if t == ALL_CPUS else int(t) for t in spec.threads})
+    points = []
+    for workers in spec.workers:
+        for count in threads:
+            for persistent in spec.persistent if workers > 0 else (False,):
+                points.append(
+                    Settings(
+                        batch_size=batch_size,
+                        num_workers=workers,
+                        persistent_workers=persistent,
+                        amp=cast("AmpMode", amp),  # off, or a mode a search chose
+                        threads=count,
+                    )
+                )
+    return points
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Planned:
+    """One config the checker measures, and what it stands for."""
+
+    settings: Settings
+    default: bool = False
+    """The default loader."""
+    seeds: tuple[int, ...] = ()
+    """The searches that chose it."""
+    grid: bool = False
+    """A point of a grid."""
+
+
+def plan(
+    user_batch: int, choices: Sequence[tuple[int, Settings]], cpus: int, spec: GridSpec
+) -> tuple[list[tuple[int, str]], list[Planned]]:
+    """The grids' (batch size, AMP), and every distinct config to measure: the default
+    loader, the choices (by seed), then the grid at the user's batch size without AMP
+    and at each other (batch size, AMP) a search chose; a config that stands for several
+    (a choice on a grid point) is measured once."""
+    grids = [(user_batch, "off")]
+    for _, settings in choices:
+        if (settings.batch_size, settings.amp) not in grids:
+            grids.append((settings.batch_size, settings.amp))
+    roles: dict[str, dict[str, Any]] = {}
+
+    def add(settings: Settings, **role: Any) -> None:
+        entry = roles.setdefault(
+            settings.key(), {"settings": settings, "default": False, "seeds": (), "grid": False}
+        )
+        for name, value in role.items():
+            entry[name] = entry[name] + value if name == "seeds" else value
+
+    add(Settings(batch_size=user_batch), default=True)
+    for seed, settings in choices:
+        add(settings, seeds=(seed,))
+    for batch, amp in grids:
+        for point in grid_points(batch, amp, cpus, spec):
+            add(point, grid=True)
+    return grids, [Planned(**entry) for entry in roles.values()]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GeneraliseOptions:
+    """How many searches, and how long the checker measures."""
+
+    seeds: int = DEFAULT_SEEDS
+    """Searches per workload, seeded 1, 2, ... seeds."""
+    rounds: int = DEFAULT_ROUNDS
+    seconds: float = 1.5
+    """Timed part of one plain-loop measurement."""
+    warmup: float = 0.5
+    grid: GridSpec = dataclasses.field(default_factory=GridSpec)
+    trials: int | None = None
+    """autotune's exploration trials; None: its default budget (the issue's protocol)."""
+    plain_seed: int = 0
+    """Seeds the plain loop's data order."""
+    study_dir: Path | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["grid"] = self.grid.to_dict()
+        data["study_dir"] = None if self.study_dir is None else str(self.study_dir)
+        return data
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Measured:
+    """The checker's rounds of every planned config, and what each measurement cost."""
+
+    rates: list[list[float | None]]
+    """``rates[config][round]``; None where the measurement failed."""
+    errors: list[list[str]]
+    walls: list[float]
+    """Wall seconds of every measurement, failed ones included."""
+
+
+def measure_rounds(
+    config: Path,
+    settings_list: Sequence[Settings],
+    options: GeneraliseOptions,
+    device: str,
+    say: Say,
+) -> Measured:
+    """The checker's interleaved rounds (A B C, A B C, ...), as ``measure_interleaved``
+    runs them, keeping a failed measurement as a gap instead of ending the set, and
+    timing each measurement (for the cost of measuring a whole space)."""
+    rates: list[list[float | None]] = [[] for _ in settings_list]
+    errors: list[list[str]] = [[] for _ in settings_list]
+    walls: list[float] = []
+    total = len(settings_list) * options.rounds
+    for round_number in range(1, options.rounds + 1):
+        for index, settings in enumerate(settings_list):
+            began = time.perf_counter()
+            try:
+                rate: float | None = measure(
+                    config,
+                    settings,
+                    seconds=options.seconds,
+                    warmup=options.warmup,
+                    device=device,
+                    seed=options.plain_seed,
+                )
+                figure = f"{rate:,.0f}/s"
+            except CheckerError as error:
+                rate, figure = None, f"FAILED: {error}"
+                errors[index].append(f"round {round_number}: {error}")
+            walls.append(time.perf_counter() - began)
+            rates[index].append(rate)
+            count = f"plain loop {len(walls)}/{total}, round {round_number}"
+            say(f"{count}: {settings.describe()}: {figure}")
+    return Measured(rates=rates, errors=errors, walls=walls)
+
+
+def search_row(seed: int, searched: Searched, keep_study: bool) -> dict[str, Any]:
+    """One search, as the results keep it: its choice and what it printed for it."""
+    result = searched.result
+    return {
+        "seed": seed,
+        "settings": result.settings.to_dict(),
+        "describe": result.settings.describe(),
+        "samples_per_s": result.samples_per_s,
+        "rates": list(result.rates),
+        "interval": list(result.interval) if result.interval else None,
+        "speedup": result.speedup,
+        "speedup_rounds": list(result.speedup_rounds),
+        "speedup_interval": list(result.speedup_interval) if result.speedup_interval else None,
+        "printed": result.rate_text() + (f", {result.speedup_text()}" if result.speedup else ""),
+        "is_default": result.is_default,
+        "confirmed": result.confirmed,
+        "rounds": result.rounds,
+        "noise": result.noise,
+        "user_batch": result.user_batch,
+        "device": result.device,
+        "space": result.space,
+        "space_size": space_size(result.space),
+        "options": searched.options,
+        "study": str(searched.study) if keep_study else None,
+        "wall_s": searched.wall_s,
+    }
+
+
+def run_workload(
+    workload: BenchWorkload, options: GeneraliseOptions, machine: Machine, say: Say
+) -> dict[str, Any]:
+    """Search one workload ``options.seeds`` times, measure the grid, the default loader
+    and the choices with the plain loop, judge the targets; returns its section of the
+    results (JSON types only)."""
+    began = time.perf_counter()
+    seeds = list(range(1, options.seeds + 1))
+    with study_folder(options.study_dir) as folder:
+        searched = [
+            run_search(
+                workload,
+                folder,
+                seed=seed,
+                trials=options.trials,
+                machine=machine,
+                say=say,
+                tag="generalise",
+            )
+            for seed in seeds
+        ]
+    searches = [
+        search_row(s, r, options.study_dir is not None)
+        for s, r in zip(seeds, searched, strict=True)
+    ]
+    first = searched[0].result
+    grids, planned = plan(
+        first.user_batch,
+        [(s, r.result.settings) for s, r in zip(seeds, searched, strict=True)],
+        machine.cpus,
+        options.grid,
+    )
+    say(
+        f"plain loop: {len(planned)} configs ({len(grids)} grid(s), the default, "
+        f"{len(seeds)} choice(s)), {options.rounds} interleaved rounds"
+    )
+    measured = measure_rounds(
+        workload.config, [p.settings for p in planned], options, first.device, say
+    )
+    measurements = [
+        _measurement(p, rates, errors)
+        for p, rates, errors in zip(planned, measured.rates, measured.errors, strict=True)
+    ]
+    mean_s = sum(measured.walls) / len(measured.walls)
+    section: dict[str, Any] = {
+        "name": workload.name,
+        "config": workload.config.relative_to(workload.config.parents[2]).as_posix(),
+        "device": first.device,
+        "user_batch": first.user_batch,
+        "cpus": machine.cpus,
+        "searches": searches,
+        "grids": [{"batch_size": b, "amp": a} for b, a in grids],
+        "measurements": measurements,
+        "checker": {
+            "rounds": options.rounds,
+            "seconds": options.seconds,
+            "warmup": options.warmup,
+            "measurements": len(measured.walls),
+            "wall_s": sum(measured.walls),
+            "mean_measurement_s": mean_s,
+        },
+        "wall_s": time.perf_counter() - began,
+    }
+    section.update(assess(measurements, searches, rounds=options.rounds, measurement_s=mean_s))
+    for verdict in section["verdicts"]:
+        say(Verdict(**verdict).line())
+    return section
+
+
+def _measurement(planned: Planned, rates: list[float | None], errors: list[str]) -> dict[str, Any]:
+    figures = [r for r in rates if r is not None]
+    return {
+        "settings": planned.settings.to_dict(),
+        "describe": planned.settings.describe(),
+        "default": planned.default,
+        "seeds": list(planned.seeds),
+        "grid": planned.grid,
+        "rounds": rates,
+        "median": median(figures),
+        "spread": spread(figures),
+        "errors": errors,
+    }

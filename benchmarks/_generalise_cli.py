@@ -1,0 +1,136 @@
+"""``python -m benchmarks --generalise`` (or ``generalise`` as the first word): the
+generalisation benchmark's flags, their checks and its run (:mod:`benchmarks._generalise`).
+
+It shares the suite's ``--workloads`` (default: all fourteen), ``--rounds`` (default 3,
+at least 3), ``--out``, ``--seed`` (the plain loop's data order) and ``--keep-data``, the
+agreement check's ``--seconds``, ``--warmup``, ``--trials`` and ``--study-dir``, and the
+online comparison's ``--grid`` (read here by :func:`benchmarks._generalise.parse_grid`).
+The command line (:mod:`benchmarks._cli`) refuses the flags that do not apply and the
+counts out of range before :func:`main` runs; the run is :func:`benchmarks._runs.run_check`'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+from pathlib import Path
+
+from autotune.machine._machine import detect_machine
+from benchmarks import _generalise, _generalise_report, _generalise_targets
+from benchmarks._generalise import GeneraliseOptions, parse_grid
+from benchmarks._runs import Check, results_path, run_check
+from benchmarks._workloads import BenchWorkload, find
+
+STAMP = "%Y-%m-%d-%H%M"
+"""How a results file in a folder is dated: to the minute, so that per-workload runs of
+one day do not overwrite each other."""
+GRID_HELP = (
+    "the plain loop's grid: full (default), small (workers 0,2, persistent, threads 1 and "
+    "all: a run that only shows the mode works), or a JSON object narrowing num_workers, "
+    'threads ("all": every CPU), persistent_workers, e.g. '
+    '\'{"num_workers": [0, 2, 4], "threads": ["all"]}\''
+)
+"""``--grid`` as this mode reads it (the flag is shared with ``--online``)."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The mode's own flags, in a group of their own (``--grid`` is the online group's)."""
+    group = parser.add_argument_group(
+        "generalise",
+        "three searches per workload (seeds 1-3, the default budget), then the plain loop "
+        "measures a grid of workers x threads x persistence, the default loader and each "
+        "choice, and judges issue 14's targets (also: python -m benchmarks generalise ...); "
+        "--workloads defaults to all, --rounds to 3 (at least 3); --seconds, --warmup, "
+        "--trials, --study-dir and --grid apply too",
+    )
+    group.add_argument("--generalise", action="store_true", help="run the generalisation benchmark")
+    group.add_argument("--seeds", type=int, help="searches per workload, seeded 1..N (default 3)")
+    group.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        metavar="JSON",
+        help="measure nothing: merge these results files (per-workload runs) into one, written "
+        "to --out with its markdown and plot",
+    )
+
+
+def problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the flags for this mode that the command line does not check
+    for every mode; None when nothing is."""
+    missing = [str(p) for p in args.merge or () if not p.is_file()]
+    if missing:
+        return f"--merge: no such file {', '.join(missing)}."
+    return None
+
+
+def options(args: argparse.Namespace) -> GeneraliseOptions:
+    """The run's options from the flags.
+
+    Raises:
+        ValueError: a ``--grid`` that is not a grid.
+    """
+    return GeneraliseOptions(
+        seeds=args.seeds or _generalise.DEFAULT_SEEDS,
+        rounds=args.rounds or _generalise.DEFAULT_ROUNDS,
+        seconds=args.seconds if args.seconds is not None else 1.5,
+        warmup=args.warmup if args.warmup is not None else 0.5,
+        grid=parse_grid(args.grid),
+        trials=args.trials,
+        plain_seed=args.seed,
+        study_dir=args.study_dir,
+    )
+
+
+def _prepare(args: argparse.Namespace) -> tuple[GeneraliseOptions, list[BenchWorkload]]:
+    """The options and the workloads, from flags that :func:`problem` passed.
+
+    Raises:
+        ValueError: a ``--grid`` that is not a grid, or an unknown workload.
+    """
+    names = [n.strip() for n in args.workloads.split(",") if n.strip()]
+    return options(args), find(names, every=True)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the mode; returns the exit code (2: wrong flags, 1: a workload failed)."""
+    try:
+        wrong = problem(args)
+        if wrong is None:
+            run_options, workloads = _prepare(args)
+    except ValueError as error:
+        wrong = str(error)
+    if wrong is not None:
+        print(f"python -m benchmarks: {wrong}", file=sys.stderr)
+        return 2
+    if args.merge:
+        merged = _generalise_report.merge(args.merge)
+        path = results_path(args.out, "generalise-merged", datetime.datetime.now(), STAMP)
+        written = _generalise_report.write(merged, path)
+        print(f"written: {', '.join(str(p) for p in written)}", file=sys.stderr)
+        return 0
+    return _run(args, run_options, workloads)
+
+
+def _run(
+    args: argparse.Namespace, run_options: GeneraliseOptions, workloads: list[BenchWorkload]
+) -> int:
+    machine = detect_machine()
+    check = Check(
+        name="generalise",
+        header={
+            "options": run_options.to_dict(),
+            "targets": {
+                "median_vs_grid": _generalise_targets.MEDIAN_VS_GRID,
+                "worst_vs_grid": _generalise_targets.WORST_VS_GRID,
+                "vs_default": _generalise_targets.VS_DEFAULT,
+                "search_vs_space": _generalise_targets.SEARCH_VS_SPACE,
+            },
+        },
+        run=lambda workload, say: _generalise.run_workload(workload, run_options, machine, say),
+        table=_generalise_report.markdown,
+        write=_generalise_report.write,
+        stamp=STAMP,
+    )
+    return run_check(check, workloads, machine, out=args.out, keep_data=args.keep_data)

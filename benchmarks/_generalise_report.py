@@ -1,0 +1,356 @@
+"""The generalisation benchmark's files: the results JSON, its markdown (a table per
+workload and the targets over all of them) and the plot beside it; and the merge of
+several runs' JSON (one per workload, say) into one set of files."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks._agreement import rate_text
+from benchmarks._generalise import GridSpec
+from benchmarks._generalise_plot import svg
+from benchmarks._generalise_targets import assess
+
+HEADER = (
+    "| config | settings | plain loop samples/s (spread) | × grid best | × default | "
+    "autotune printed | inside? | search s | × space cost |"
+)
+TARGET_COLUMNS = (
+    "median choice ≥ 0.97 × grid best",
+    "worst ≥ 0.93",
+    "≥ 0.98 × default",
+    "search ≤ 0.10 × space cost",
+    "inside printed interval",
+    "choices / grid best",
+)
+
+
+def _reading(options: Mapping[str, Any]) -> str:
+    """How to read the tables, for the options of the run."""
+    grid = options["grid"]
+    searches = f"{options['seeds']} time(s)" if options["seeds"] != 3 else "three times"
+    budget = f"{options['trials']} trials" if options.get("trials") else "the default budget"
+    return f"""\
+How to read it. Each workload was searched {searches} as a user runs it
+(`autotune.search(config, seed=s)`, seeds 1-{options["seeds"]}, {budget}). The plain-loop
+checker (`benchmarks/_checker.py`, which imports nothing of the probe or the search)
+then measured, in one interleaved set of {options["rounds"]} rounds of {options["seconds"]:g} s
+after {options["warmup"]:g} s of warm-up, the grid (num_workers {_values(grid["num_workers"])}
+× training threads {_values(grid["threads"])} × persistent_workers
+{_values(grid["persistent_workers"])}, persistence only with workers, prefetch_factor at
+the DataLoader's default) at the user's batch size without AMP and at each other batch
+size and AMP a search chose, the default loader (`DataLoader(ds, batch_size=B)`, threads
+left to torch) and each choice. Every figure is the median of those rounds; spread is
+half their range over the median. "Grid best" is the best grid point. "autotune printed"
+is what the search printed for its choice: its samples/s with the lowest and highest of
+its confirming rounds, and its speedup; "inside?" asks whether the plain loop's median
+falls within that samples/s range. The space cost is the configs in the space the search
+covered × the checker's rounds × the mean wall time of one checker measurement in the
+same run: what measuring that whole space at the checker's precision would take.
+"""
+
+
+def _word(value: Any) -> str:
+    if isinstance(value, bool):  # before the numbers: True == 1 and False == 0
+        return "yes" if value else "no"
+    return "every CPU" if value == "all" else str(value)
+
+
+def _values(values: Sequence[Any]) -> str:
+    return ", ".join(_word(v) for v in values)
+
+
+def departures(options: Mapping[str, Any]) -> list[str]:
+    """How a run's options depart from issue 14's protocol (none for a full run)."""
+    found = []
+    if options["seeds"] != 3:
+        found.append(f"{options['seeds']} search(es) per workload, not 3")
+    if options.get("trials"):
+        found.append(f"{options['trials']} exploration trials, not the default budget")
+    if options["grid"] != GridSpec().to_dict():
+        found.append("a narrowed grid")
+    return found
+
+
+def _percent(value: float) -> str:
+    return f"±{100 * value:.0f}%"
+
+
+def _inside(choice: Mapping[str, Any]) -> str:
+    gap = choice["outside_by"]
+    if gap is None:
+        return "no interval"
+    if gap == 0.0:
+        return "yes"
+    return f"no, {abs(gap):.1%} {'below' if gap < 0 else 'above'}"
+
+
+def _figure_cell(measurement: Mapping[str, Any] | None, value: float) -> str:
+    spread = _percent(measurement["spread"]) if measurement else "-"
+    return f"{rate_text(value)} ({spread})"
+
+
+def _rows(section: Mapping[str, Any]) -> list[list[str]]:
+    figures = section["figures"]
+    best, default = figures["grid_best"], figures["default_samples_per_s"]
+    measurements = section["measurements"]
+    best_row = next(
+        (m for m in measurements if m["grid"] and m["settings"] == best["settings"]), None
+    )
+    default_row = next((m for m in measurements if m["default"]), None)
+    by_seed = {seed: m for m in measurements for seed in m["seeds"]}
+    rows = [
+        [
+            "grid best",
+            best["describe"] or "-",
+            _figure_cell(best_row, best["samples_per_s"]),
+            "1.000",
+            f"{best['samples_per_s'] / default:.2f}" if default > 0 else "-",
+            *[""] * 4,
+        ],
+        [
+            "default loader",
+            default_row["describe"] if default_row else "-",
+            _figure_cell(default_row, default),
+            f"{default / best['samples_per_s']:.3f}" if best["samples_per_s"] > 0 else "-",
+            "1.00",
+            *[""] * 4,
+        ],
+    ]
+    searches = {s["seed"]: s for s in section["searches"]}
+    for choice in figures["choices"]:
+        search = searches[choice["seed"]]
+        rows.append(
+            [
+                f"seed {choice['seed']}" + (" (the default)" if choice["is_default"] else ""),
+                choice["describe"],
+                _figure_cell(by_seed.get(choice["seed"]), choice["samples_per_s"]),
+                f"{choice['vs_grid']:.3f}",
+                f"{choice['vs_default']:.2f}",
+                search["printed"] + ("" if search["confirmed"] else ", not confirmed"),
+                _inside(choice),
+                f"{choice['search_s']:.0f}",
+                f"{choice['search_vs_space']:.3f}",
+            ]
+        )
+    return rows
+
+
+def _table(header: str, rows: Sequence[Sequence[str]]) -> list[str]:
+    columns = header.count("|") - 1
+    return [header, "|" + " --- |" * columns] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def _grid_details(section: Mapping[str, Any]) -> list[str]:
+    best = section["figures"]["grid_best"]["samples_per_s"]
+    grid = sorted((m for m in section["measurements"] if m["grid"]), key=lambda m: -m["median"])
+    rows = [
+        [
+            m["describe"],
+            rate_text(m["median"]),
+            _percent(m["spread"]),
+            f"{m['median'] / best:.3f}" if best > 0 else "-",
+            "; ".join(m["errors"]) or "",
+        ]
+        for m in grid
+    ]
+    header = "| grid point | samples/s | spread | × grid best | failures |"
+    return [
+        "<details><summary>every grid point</summary>",
+        "",
+        *_table(header, rows),
+        "",
+        "</details>",
+    ]
+
+
+def _verdict_line(verdict: Mapping[str, Any]) -> str:
+    mark = "PASS" if verdict["passed"] else "FAIL"
+    text = f"- {mark}  {verdict['target']}: {verdict['figure']:.3f} (bound {verdict['bound']:g})"
+    return f"{text}; {verdict['detail']}" if verdict["detail"] else text
+
+
+def markdown(section: Mapping[str, Any]) -> str:
+    """One workload's table (or its error), in markdown."""
+    title = f"### {section['name']}"
+    if "error" in section:
+        return f"{title}\n\nFAILED: {section['error']}\n"
+    figures, checker = section["figures"], section["checker"]
+    grids = ", ".join(
+        f"batch {g['batch_size']}" + (f" amp={g['amp']}" if g["amp"] != "off" else "")
+        for g in section["grids"]
+    )
+    lines = [
+        title,
+        "",
+        f"{section['config']}: batch {section['user_batch']} on {section['device']}; "
+        f"{figures['grid_points']} grid points ({grids}); the plain loop: "
+        f"{checker['rounds']} interleaved rounds of {checker['seconds']:g} s "
+        f"({checker['warmup']:g} s warm-up), {checker['measurements']} measurements of "
+        f"{checker['mean_measurement_s']:.1f} s on average.",
+        "",
+        *_table(HEADER, _rows(section)),
+        "",
+        _cost_line(section),
+        "",
+        *[_verdict_line(v) for v in section["verdicts"]],
+        "",
+        *_grid_details(section),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _cost_line(section: Mapping[str, Any]) -> str:
+    figures, checker = section["figures"], section["checker"]
+    if not figures["choices"]:
+        return "No search finished."
+    sizes = "/".join(str(s) for s in sorted({c["space_size"] for c in figures["choices"]}))
+    costs = "/".join(f"{c:,.0f}" for c in sorted({c["space_cost_s"] for c in figures["choices"]}))
+    against_grid = "/".join(f"{r:.2f}" for r in figures["search_vs_grid"])
+    return (
+        f"Choices: {figures['spread']['low']:.3f}-{figures['spread']['high']:.3f} of the grid "
+        f"best. Space cost: {sizes} configs × {checker['rounds']} rounds × "
+        f"{checker['mean_measurement_s']:.2f} s = {costs} s. For scale, not judged: the "
+        f"{figures['grid_points']} grid points alone cost {figures['grid_cost_s']:,.0f} s at "
+        f"that rate, and each search took {against_grid} × that."
+    )
+
+
+def _cell(verdict: Mapping[str, Any], text: str) -> str:
+    return f"{'PASS' if verdict['passed'] else 'FAIL'} {text}"
+
+
+def targets_table(sections: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The targets over every workload: one row each, PASS or FAIL with its figure."""
+    rows = []
+    for section in sections:
+        if "error" in section:
+            rows.append([section["name"], *["FAILED"] * (len(TARGET_COLUMNS) - 1), "-"])
+            continue
+        median, worst, default, cost, inside = section["verdicts"]
+        choices = section["figures"]["choices"]
+        spread = section["figures"]["spread"]
+        rows.append(
+            [
+                section["name"],
+                _cell(median, f"{median['figure']:.3f}"),
+                _cell(worst, f"{worst['figure']:.3f}"),
+                _cell(default, f"{default['figure']:.2f}"),
+                _cell(cost, f"{cost['figure']:.3f}"),
+                _cell(inside, f"{sum(c['inside'] for c in choices)}/{len(choices)}"),
+                f"{spread['low']:.3f}-{spread['high']:.3f}",
+            ]
+        )
+    header = "| workload | " + " | ".join(TARGET_COLUMNS) + " |"
+    return _table(header, rows)
+
+
+def _header(results: Mapping[str, Any]) -> list[str]:
+    machine, options = results["machine"], results["options"]
+    versions = results.get("versions", {})
+    budget = f"{options['trials']} trials" if options.get("trials") else "the default budget"
+    runs = results.get("merged_from") or [results]
+    commits = sorted(
+        {(r.get("commit") or "?")[:7] + ("+dirty" if r.get("dirty") else "") for r in runs}
+    )
+    gpus = ", ".join(machine.get("gpus") or []) or "no GPU"
+    return [
+        f"{results['started'][:10]}, {results['host']}: {machine['cpus']} CPUs "
+        f"({machine['cpu_model']}), {gpus}; torch {versions.get('torch', '?')}, autotune at "
+        f"{', '.join(commits)}; {options['seeds']} search(es) per workload ({budget}); the "
+        f"plain loop {options['rounds']} rounds of {options['seconds']:g} s; "
+        f"{results.get('wall_s', 0) / 60:.0f} min in all"
+        + (f" over {len(runs)} runs" if len(runs) > 1 else "")
+        + ".",
+    ]
+
+
+def _departure_note(options: Mapping[str, Any]) -> list[str]:
+    found = departures(options)
+    if not found:
+        return []
+    return [f"> Not issue 14's protocol: {'; '.join(found)}. Its verdicts judge this run only.", ""]
+
+
+def document(results: Mapping[str, Any], json_name: str, svg_name: str) -> str:
+    """The whole markdown: header, plot, targets, a section per workload."""
+    sections = results["workloads"]
+    lines = [
+        "## Generalisation: searches judged by the plain loop on workloads nobody tuned for",
+        "",
+        *_header(results),
+        f"Every figure is in [{json_name}]({json_name}).",
+        "",
+        *_departure_note(results["options"]),
+        f"![each choice against the grid]({svg_name})",
+        "",
+        _reading(results["options"]),
+        "### Targets",
+        "",
+        *targets_table(sections),
+        "",
+    ]
+    return "\n".join(lines) + "\n" + "\n".join(markdown(s) for s in sections)
+
+
+def write(results: Mapping[str, Any], path: Path) -> tuple[Path, Path, Path]:
+    """The JSON at ``path``, and beside it the markdown and the plot (same stem)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    md_path, svg_path = path.with_suffix(".md"), path.with_suffix(".svg")
+    path.write_text(json.dumps(results, indent=2) + "\n")
+    svg_path.write_text(svg(results["workloads"]))
+    md_path.write_text(document(results, path.name, svg_path.name))
+    return path, md_path, svg_path
+
+
+def _judged_again(section: dict[str, Any]) -> dict[str, Any]:
+    """The figures and verdicts of a section, recomputed from its measured rounds with
+    this version's rules (nothing is measured again)."""
+    if "error" in section:
+        return section
+    checker = section["checker"]
+    judged = assess(
+        section["measurements"],
+        section["searches"],
+        rounds=checker["rounds"],
+        measurement_s=checker["mean_measurement_s"],
+    )
+    return {**section, **judged}
+
+
+def merge(paths: Sequence[Path]) -> dict[str, Any]:
+    """Several runs' results as one: the first run's header, every run's workloads in
+    order (a workload run twice: the later run's) judged again by this version's rules,
+    and where each came from.
+
+    Raises:
+        ValueError: a file that is not a generalisation run's results.
+    """
+    runs = []
+    for path in paths:
+        data = json.loads(path.read_text())
+        if data.get("mode") != "generalise":
+            raise ValueError(f"{path} holds mode {data.get('mode')!r}; expected 'generalise'.")
+        runs.append((path, data))
+    sections: dict[str, dict[str, Any]] = {}
+    for _, data in runs:
+        for section in data["workloads"]:
+            sections.pop(section["name"], None)
+            sections[section["name"]] = _judged_again(section)
+    merged = dict(runs[0][1])
+    merged["workloads"] = list(sections.values())
+    merged["wall_s"] = sum(data.get("wall_s", 0.0) for _, data in runs)
+    merged["merged_from"] = [
+        {
+            "path": str(path),
+            "commit": data.get("commit"),
+            "dirty": data.get("dirty"),
+            "started": data.get("started"),
+            "workloads": [s["name"] for s in data["workloads"]],
+        }
+        for path, data in runs
+    ]
+    return merged

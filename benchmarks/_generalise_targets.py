@@ -1,0 +1,228 @@
+"""The targets of issue 14, judged on the plain-loop checker's medians of one workload.
+
+- the median of the choices >= 0.97 x the grid's best point;
+- the worst choice >= 0.93 x the grid's best point;
+- every choice >= 0.98 x the default loader, or the default itself chosen;
+- every search's wall time <= 0.10 x the cost of measuring its whole space at the
+  checker's precision: the configs in the space the search covered (its
+  ``result.space``) x the checker's rounds x the mean wall time of one checker
+  measurement in this run;
+- every choice's checker median inside the interval autotune printed for it (the
+  lowest and highest samples/s of its confirming rounds).
+
+Pure functions of JSON-type figures, so the tests judge made-up figures on both sides
+of every bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from benchmarks._checker import median
+from benchmarks._verdicts import Verdict
+
+MEDIAN_VS_GRID = 0.97
+WORST_VS_GRID = 0.93
+VS_DEFAULT = 0.98
+SEARCH_VS_SPACE = 0.10
+SHARED_KNOBS = ("pin_memory", "batch_size", "amp", "echo", "threads")
+WORKER_KNOBS = ("prefetch_factor", "persistent_workers")
+
+
+def _values(domain: Mapping[str, Any] | None) -> list[Any]:
+    """A knob's values in ``Space.to_dict``'s form: fixed, choices, or low..high."""
+    if domain is None:
+        return [None]
+    if "choices" in domain:
+        return list(domain["choices"])
+    if "low" in domain:
+        return list(range(domain["low"], domain["high"] + 1))
+    return [domain.get("fixed")]
+
+
+def space_size(space: Mapping[str, Any]) -> int:
+    """How many distinct configs a space holds, read from ``SearchResult.space`` (the
+    worker knobs count only with workers, as ``Space.size`` counts them)."""
+    per_worker = 1
+    for knob in WORKER_KNOBS:
+        per_worker *= len(_values(space.get(knob)))
+    count = sum(1 if workers == 0 else per_worker for workers in _values(space.get("num_workers")))
+    for knob in SHARED_KNOBS:
+        count *= len(_values(space.get(knob)))
+    return count
+
+
+def outside_by(value: float, interval: Sequence[float] | None) -> float | None:
+    """How far ``value`` lies outside ``interval``, as a fraction of the bound it
+    crosses: 0 inside, negative below, positive above; None without an interval."""
+    if not interval:
+        return None
+    low, high = interval
+    if value < low:
+        return value / low - 1 if low > 0 else -1.0
+    if value > high:
+        return value / high - 1 if high > 0 else 1.0
+    return 0.0
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b > 0 else 0.0
+
+
+def _choice(
+    search: Mapping[str, Any],
+    figure: float,
+    grid_best: float,
+    default: float,
+    space_cost_s: float,
+) -> dict[str, Any]:
+    gap = outside_by(figure, search["interval"])
+    speedup = _ratio(figure, default)
+    speedup_gap = outside_by(speedup, search.get("speedup_interval"))
+    return {
+        "seed": search["seed"],
+        "describe": search["describe"],
+        "samples_per_s": figure,
+        "vs_grid": _ratio(figure, grid_best),
+        "vs_default": speedup,
+        "is_default": search["is_default"],
+        "search_s": search["wall_s"],
+        "space_size": search["space_size"],
+        "space_cost_s": space_cost_s,
+        "search_vs_space": _ratio(search["wall_s"], space_cost_s),
+        "interval": search["interval"],
+        "outside_by": gap,
+        "inside": gap == 0.0,
+        "speedup_interval": search.get("speedup_interval"),
+        "speedup_inside": None if speedup_gap is None else speedup_gap == 0.0,
+    }
+
+
+def assess(
+    measurements: Sequence[Mapping[str, Any]],
+    searches: Sequence[Mapping[str, Any]],
+    *,
+    rounds: int,
+    measurement_s: float,
+) -> dict[str, Any]:
+    """One workload's figures and verdicts.
+
+    Args:
+        measurements: every config the checker measured, with its ``median`` and its
+            roles (``grid``, ``default``, ``seeds``).
+        searches: every search, with its seed, ``interval``, ``wall_s``, ``space_size``
+            and ``is_default``.
+        rounds: the checker's rounds.
+        measurement_s: the mean wall time of one checker measurement in this run.
+    """
+    grid = [m for m in measurements if m["grid"]]
+    best = max(grid, key=lambda m: m["median"]) if grid else None
+    grid_best = best["median"] if best else 0.0
+    default = next((m["median"] for m in measurements if m["default"]), 0.0)
+    by_seed = {seed: m["median"] for m in measurements for seed in m["seeds"]}
+    choices = [
+        _choice(
+            search,
+            by_seed.get(search["seed"], 0.0),
+            grid_best,
+            default,
+            search["space_size"] * rounds * measurement_s,
+        )
+        for search in searches
+    ]
+    ratios = [c["vs_grid"] for c in choices]
+    grid_cost_s = len(grid) * rounds * measurement_s
+    figures = {
+        "grid_best": {
+            "describe": best["describe"] if best else None,
+            "settings": best["settings"] if best else None,
+            "samples_per_s": grid_best,
+        },
+        "grid_points": len(grid),
+        "default_samples_per_s": default,
+        "choices": choices,
+        "spread": {"low": min(ratios, default=0.0), "high": max(ratios, default=0.0)},
+        "grid_cost_s": grid_cost_s,
+        "search_vs_grid": [_ratio(s["wall_s"], grid_cost_s) for s in searches],
+        "space_cost": (
+            "configs in the search's space x the checker's rounds x the mean wall time of "
+            f"one checker measurement in this run ({rounds} x {measurement_s:.2f} s)"
+        ),
+    }
+    return {"figures": figures, "verdicts": [v.to_dict() for v in judge(choices)]}
+
+
+def judge(choices: Sequence[Mapping[str, Any]]) -> list[Verdict]:
+    """The five verdicts over a workload's choices (from :func:`assess`)."""
+    ratios = [c["vs_grid"] for c in choices]
+    middle, worst = median(ratios), min(ratios, default=0.0)
+    beaten = [c for c in choices if not c["is_default"]]
+    vs_default = min((c["vs_default"] for c in beaten), default=1.0)
+    cost = max((c["search_vs_space"] for c in choices), default=0.0)
+    inside = [c for c in choices if c["inside"]]
+    return [
+        Verdict(
+            target=f"median choice >= {MEDIAN_VS_GRID} x grid best",
+            figure=middle,
+            bound=MEDIAN_VS_GRID,
+            passed=bool(choices) and middle >= MEDIAN_VS_GRID,
+            detail=_per_seed(choices, "vs_grid"),
+        ),
+        Verdict(
+            target=f"worst choice >= {WORST_VS_GRID} x grid best",
+            figure=worst,
+            bound=WORST_VS_GRID,
+            passed=bool(choices) and worst >= WORST_VS_GRID,
+        ),
+        Verdict(
+            target=f"every choice >= {VS_DEFAULT} x default loader, or the default chosen",
+            figure=vs_default,
+            bound=VS_DEFAULT,
+            passed=bool(choices) and vs_default >= VS_DEFAULT,
+            detail=_defaults_detail(choices, beaten),
+        ),
+        Verdict(
+            target=f"search time <= {SEARCH_VS_SPACE} x the space's cost",
+            figure=cost,
+            bound=SEARCH_VS_SPACE,
+            passed=bool(choices) and cost <= SEARCH_VS_SPACE,
+            detail=_per_seed(choices, "search_vs_space"),
+        ),
+        Verdict(
+            target="choice inside the interval autotune printed",
+            figure=len(inside) / len(choices) if choices else 0.0,
+            bound=1.0,
+            passed=bool(choices) and len(inside) == len(choices),
+            detail=interval_detail(choices),
+        ),
+    ]
+
+
+def _per_seed(choices: Sequence[Mapping[str, Any]], key: str) -> str:
+    return ", ".join(f"seed {c['seed']} {c[key]:.3f}" for c in choices)
+
+
+def _defaults_detail(
+    choices: Sequence[Mapping[str, Any]], beaten: Sequence[Mapping[str, Any]]
+) -> str:
+    chosen = [str(c["seed"]) for c in choices if c["is_default"]]
+    parts = [_per_seed(beaten, "vs_default")] if beaten else []
+    if chosen:
+        parts.append(f"the default chosen by seed {', '.join(chosen)}")
+    return "; ".join(parts)
+
+
+def interval_detail(choices: Sequence[Mapping[str, Any]]) -> str:
+    """Where each choice's checker median lies against its printed interval."""
+    parts = []
+    for c in choices:
+        gap = c["outside_by"]
+        if gap is None:
+            where = "no interval printed"
+        elif gap == 0.0:
+            where = "inside"
+        else:
+            where = f"{abs(gap):.1%} {'below' if gap < 0 else 'above'}"
+        parts.append(f"seed {c['seed']} {where}")
+    return ", ".join(parts)

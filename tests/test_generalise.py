@@ -1,0 +1,491 @@
+"""The generalisation benchmark (python -m benchmarks --generalise) on made-up figures:
+its grid, its targets on both sides of every bound, its files, its command line, and
+that it reads the searches through autotune's public API only."""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import json
+import subprocess
+import sys
+import types
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import autotune
+from autotune import SearchResult, Settings
+from autotune.machine._machine import Machine
+from autotune.probe import Figures, Window
+from autotune.space._space import build_space
+from benchmarks import _cli, _generalise, _generalise_report
+from benchmarks._checker import CheckerError
+from benchmarks._generalise import (
+    GeneraliseOptions,
+    GridSpec,
+    grid_points,
+    parse_grid,
+    plan,
+    run_workload,
+)
+from benchmarks._generalise_plot import svg
+from benchmarks._generalise_targets import assess, outside_by, space_size
+from benchmarks._workloads import find
+
+ROOT = Path(__file__).resolve().parents[1]
+MODULES = ("_generalise", "_generalise_targets", "_generalise_report", "_generalise_plot")
+MACHINE = Machine(cpus=2, cpu_model="x", memory_bytes=2**30, shm_bytes=None, accelerator="cpu")
+
+
+# --------------------------------------------------------------------- the grid
+def test_the_full_grid_is_workers_by_threads_by_persistence_with_workers() -> None:
+    points = grid_points(32, "off", 2, GridSpec())
+    expected = {(0, t, False) for t in (1, 2)} | {
+        (w, t, p) for w in (1, 2, 4, 8, 16) for t in (1, 2) for p in (False, True)
+    }
+    assert len(points) == 22
+    assert {(s.num_workers, s.threads, s.persistent_workers) for s in points} == expected
+    assert {(s.batch_size, s.amp, s.prefetch_factor, s.pin_memory) for s in points} == {
+        (32, "off", None, False)
+    }
+    assert len(grid_points(64, "bf16", 1, GridSpec())) == 11  # one CPU: one thread count
+
+
+def test_a_grid_narrows_by_name_or_by_json() -> None:
+    assert parse_grid(None) == parse_grid("full") == GridSpec()
+    small = grid_points(32, "off", 2, parse_grid("small"))
+    assert [(s.num_workers, s.threads, s.persistent_workers) for s in small] == [
+        (0, 1, False),
+        (0, 2, False),
+        (2, 1, True),
+        (2, 2, True),
+    ]
+    spec = parse_grid('{"num_workers": [0, 4, 4], "threads": "all", "persistent_workers": false}')
+    assert spec == GridSpec(workers=(0, 4), threads=("all",), persistent=(False,))
+    assert len(grid_points(32, "off", 8, spec)) == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("tiny", "expected full or small"),
+        ("[0, 2]", "expected full or small"),
+        ('{"prefetch_factor": 4}', "unknown knobs ['prefetch_factor']"),
+        ('{"num_workers": [-1, 2]}', "num_workers has [-1]; expected integers >= 0"),
+        ('{"threads": [0]}', "threads has [0]"),
+        ('{"persistent_workers": ["yes"]}', "expected true or false"),
+        ('{"num_workers": []}', "num_workers is empty"),
+    ],
+)
+def test_a_wrong_grid_says_what_was_given(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        parse_grid(text)
+
+
+def test_the_plan_adds_a_grid_per_other_chosen_batch_and_amp_and_measures_each_config_once() -> (
+    None
+):
+    on_grid = Settings(batch_size=32, num_workers=2, persistent_workers=True, threads=1)
+    other = Settings(batch_size=64, num_workers=4, prefetch_factor=4, amp="bf16", threads=2)
+    choices = [(1, on_grid), (2, other), (3, on_grid)]
+    grids, planned = plan(32, choices, 2, GridSpec())
+    assert grids == [(32, "off"), (64, "bf16")]
+    assert len(planned) == 1 + 1 + 22 * 2  # the default, the off-grid choice, two grids
+    assert planned[0].settings == Settings(batch_size=32) and planned[0].default
+    shared = next(p for p in planned if p.settings == on_grid)
+    assert shared.seeds == (1, 3) and shared.grid
+    assert [p.seeds for p in planned if p.settings == other] == [(2,)]
+    assert len({p.settings.key() for p in planned}) == len(planned)
+
+
+@pytest.mark.parametrize(
+    "space",
+    [
+        {},
+        {"num_workers": [0, 2, 4], "prefetch_factor": 2},
+        {"num_workers": 0, "batch_size": [16, 32, 64], "threads": 1},
+        {"num_workers": {"low": 1, "high": 3}, "persistent_workers": True},
+    ],
+)
+def test_the_space_size_read_from_a_result_is_the_spaces_own(space: dict[str, Any]) -> None:
+    built = build_space(space, MACHINE, 32)
+    assert space_size(built.to_dict()) == built.size()
+
+
+# --------------------------------------------------------------------- the targets
+def measurements(grid: Sequence[float], default: float, choices: dict[int, float]) -> list[Any]:
+    """Made-up checker medians: grid points, the default loader, each seed's choice."""
+    rows = [
+        {"settings": {"w": i}, "describe": f"w={i}", "median": m, "grid": True}
+        for i, m in enumerate(grid)
+    ]
+    rows.append({"settings": {"d": 0}, "describe": "default", "median": default, "default": True})
+    rows += [
+        {"settings": {"s": s}, "describe": f"s{s}", "median": m, "seeds": [s]}
+        for s, m in choices.items()
+    ]
+    return [{"default": False, "grid": False, "seeds": [], "spread": 0.0, **r} for r in rows]
+
+
+def searches(**changes: Any) -> list[dict[str, Any]]:
+    base = {
+        "describe": "x",
+        "is_default": False,
+        "interval": [90.0, 110.0],
+        "speedup_interval": [1.8, 2.2],
+        "wall_s": 100.0,
+        "space_size": 500,
+    }
+    return [{**base, "seed": s, **changes.get(str(s), {})} for s in (1, 2, 3)]
+
+
+def verdicts(choices: dict[int, float], default: float = 50.0, **changes: Any) -> list[bool]:
+    # 500 configs x 3 rounds x 2 s = 3,000 s of space cost: 100 s of search is 0.033.
+    judged = assess(
+        measurements([100.0, 80.0], default, choices),
+        searches(**changes),
+        rounds=3,
+        measurement_s=2.0,
+    )
+    return [v["passed"] for v in judged["verdicts"]]
+
+
+def test_choices_at_the_bounds_pass_and_just_below_fail() -> None:
+    assert verdicts({1: 100.0, 2: 97.0, 3: 93.0}) == [True] * 5
+    median, worst, *_ = verdicts({1: 100.0, 2: 96.9, 3: 93.0})
+    assert (median, worst) == (False, True)
+    median, worst, *_ = verdicts({1: 100.0, 2: 97.0, 3: 92.9})
+    assert (median, worst) == (True, False)
+
+
+def test_a_choice_below_the_default_fails_unless_it_is_the_default() -> None:
+    choices = {1: 100.0, 2: 100.0, 3: 98.0}
+    assert verdicts(choices, default=100.0)[2]  # 0.98 x the default
+    assert not verdicts(choices, default=100.1)[2]
+    assert verdicts(choices, default=100.1, **{"3": {"is_default": True}})[2]
+
+
+def test_the_search_costs_at_most_a_tenth_of_measuring_its_space() -> None:
+    choices = {1: 100.0, 2: 100.0, 3: 100.0}
+    assert verdicts(choices, **{"2": {"wall_s": 300.0}})[3]  # 300 s of 3,000
+    assert not verdicts(choices, **{"2": {"wall_s": 300.3}})[3]
+    assert not verdicts(choices, **{"2": {"space_size": 499, "wall_s": 300.0}})[3]
+
+
+def test_each_choice_must_lie_in_the_interval_autotune_printed() -> None:
+    inside = {1: 100.0, 2: 100.0, 3: 100.0}
+    assert verdicts(inside, **{"1": {"interval": [100.0, 100.0]}})[4]
+    assert not verdicts(inside, **{"1": {"interval": [100.1, 120.0]}})[4]
+    assert not verdicts(inside, **{"1": {"interval": [80.0, 99.9]}})[4]
+    assert not verdicts(inside, **{"1": {"interval": None}})[4]  # no interval printed
+    assert outside_by(90.0, [100.0, 120.0]) == pytest.approx(-0.1)
+    assert outside_by(132.0, [100.0, 120.0]) == pytest.approx(0.1)
+
+
+def test_the_figures_name_the_grid_best_and_the_spread_of_the_choices() -> None:
+    judged = assess(
+        measurements([80.0, 100.0], 50.0, {1: 95.0, 2: 102.0, 3: 90.0}),
+        searches(),
+        rounds=3,
+        measurement_s=2.0,
+    )
+    figures = judged["figures"]
+    assert figures["grid_best"]["describe"] == "w=1" and figures["grid_points"] == 2
+    assert figures["spread"] == {"low": pytest.approx(0.90), "high": pytest.approx(1.02)}
+    assert [c["vs_default"] for c in figures["choices"]] == pytest.approx([1.9, 2.04, 1.8])
+    assert [c["space_cost_s"] for c in figures["choices"]] == [3000.0] * 3
+    assert figures["grid_cost_s"] == 2 * 3 * 2.0  # for scale: the grid alone, not judged
+    assert figures["search_vs_grid"] == pytest.approx([100 / 12] * 3)
+    assert [c["speedup_inside"] for c in figures["choices"]] == [True, True, True]
+    detail = judged["verdicts"][4]["detail"]
+    assert detail == "seed 1 inside, seed 2 inside, seed 3 inside"
+
+
+# --------------------------------------------------------------------- a workload, end to end
+def result(settings: Settings, rates: tuple[float, ...], **changes: Any) -> SearchResult:
+    """A search's result as autotune returns it, with made-up figures."""
+    middle = sorted(rates)[len(rates) // 2]
+    window = Window(
+        index=0, seconds=1.0, samples=round(middle), fresh=round(middle), steps=1, wait_seconds=0.0
+    )
+    fields: dict[str, Any] = {
+        "settings": settings,
+        "figures": Figures(windows=(window,)),
+        "device": "cpu",
+        "machine": MACHINE,
+        "rates": rates,
+        "speedup_rounds": tuple(r / 100 for r in rates),
+        "rounds": len(rates),
+        "user_batch_size": 32,
+        "space": build_space({}, MACHINE, 32).to_dict(),
+    }
+    return SearchResult(**{**fields, **changes})
+
+
+CHOICES = {
+    1: Settings(batch_size=32, num_workers=2, persistent_workers=True, threads=1),
+    2: Settings(batch_size=64, num_workers=2, prefetch_factor=4, threads=1),
+    3: Settings(batch_size=32),
+}
+
+
+def checker_figure(settings: Settings) -> float:
+    """Made-up plain-loop figures: workers pay up to 2, one thread beats two."""
+    rate = 100.0 + 100 * min(settings.num_workers, 2) + (20 if settings.threads == 1 else 0)
+    return rate * (1.1 if settings.batch_size == 64 else 1.0)
+
+
+def run_fake_workload(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Any]:
+    searched: list[dict[str, Any]] = []
+
+    def search(config: Path, **options: Any) -> SearchResult:
+        searched.append(options)
+        seed = options["seed"]
+        if seed == 3:
+            return result(CHOICES[3], (95.0, 100.0, 105.0), is_default=True)
+        return result(CHOICES[seed], (300.0, 320.0, 340.0))
+
+    calls: list[Settings] = []
+
+    def measure(config: Path, settings: Settings, **options: Any) -> float:
+        calls.append(settings)
+        if settings.num_workers == 16 and len(calls) < 60:  # round 1: one fails
+            raise CheckerError("worker died")
+        return checker_figure(settings)
+
+    ticks = itertools.count()  # each measurement takes one second of this clock
+    monkeypatch.setattr(autotune, "search", search)
+    monkeypatch.setattr(_generalise, "measure", measure)
+    monkeypatch.setattr(_generalise, "time", types.SimpleNamespace(perf_counter=ticks.__next__))
+    options = GeneraliseOptions(rounds=3, trials=4, study_dir=tmp_path)
+    section = run_workload(find(["compute-bound"])[0], options, MACHINE, lambda line: None)
+    assert [s["seed"] for s in searched] == [1, 2, 3] and {s["trials"] for s in searched} == {4}
+    assert len(calls) == 3 * (2 + 22 * 2)  # the default (seed 3's too), seed 2's, two grids
+    return section
+
+
+def test_a_workload_is_searched_three_times_then_judged_by_the_plain_loop(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    section = run_fake_workload(monkeypatch, tmp_path)
+    json.dumps(section)  # JSON types only
+    assert section["grids"] == [{"batch_size": 32, "amp": "off"}, {"batch_size": 64, "amp": "off"}]
+    figures = section["figures"]
+    assert (
+        figures["grid_best"]["describe"] == "workers=2 prefetch=2 persistent=no batch=64 threads=1"
+    )
+    assert figures["grid_best"]["samples_per_s"] == pytest.approx(352.0)
+    assert [c["vs_grid"] for c in figures["choices"]] == pytest.approx(
+        [320 / 352, 352 / 352, 100 / 352]
+    )
+    failed = [m for m in section["measurements"] if m["errors"]]
+    assert failed and all(len(m["rounds"]) == 3 and None in m["rounds"] for m in failed)
+    assert section["searches"][0]["space_size"] == build_space({}, MACHINE, 32).size()
+    assert section["searches"][0]["interval"] == [300.0, 340.0]
+    passed = {v["target"].split(" ")[0]: v["passed"] for v in section["verdicts"]}
+    assert passed == {
+        "median": False,
+        "worst": False,
+        "every": True,
+        "search": True,
+        "choice": False,
+    }
+    assert section["checker"]["mean_measurement_s"] == 1.0
+    assert figures["choices"][0]["space_cost_s"] == 390 * 3 * 1.0
+
+
+def test_the_markdown_and_the_plot_show_every_choice(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    section = run_fake_workload(monkeypatch, tmp_path)
+    table = _generalise_report.markdown(section)
+    assert (
+        "| grid best | workers=2 prefetch=2 persistent=no batch=64 threads=1 | 352 (±0%) | 1.000 |"
+        in table
+    )
+    assert "| seed 3 (the default) | workers=0 batch=32 | 100 (±0%) | 0.284 | 1.00 |" in table
+    assert "| 100 samples/s (95-105 over 3 rounds) | yes | 0 | 0.000 |" in table
+    assert "3.20x (3.00-3.40, 3 rounds) | no, 3.5% above |" in table
+    assert (
+        "| seed 1 | workers=2 prefetch=2 persistent=yes batch=32 threads=1 | 320 (±0%) | 0.909 |"
+        in table
+    )
+    assert "- FAIL  worst choice >= 0.93 x grid best: 0.284 (bound 0.93)" in table
+    assert "no, 5.9% below" not in table  # seed 1's 320 lies inside 300-340
+    broken = {"name": "io-bound", "error": "WorkloadError: no data"}
+    results = {
+        "mode": "generalise",
+        "started": "2026-12-01T10:00:00",
+        "host": "vm",
+        "commit": "0123456789",
+        "dirty": False,
+        "machine": MACHINE.to_dict(),
+        "options": GeneraliseOptions().to_dict(),
+        "wall_s": 600.0,
+        "workloads": [section, broken],
+    }
+    json_path, md_path, svg_path = _generalise_report.write(results, tmp_path / "g.json")
+    document = md_path.read_text()
+    assert (
+        "| compute-bound | FAIL 0.909 | FAIL 0.284 | PASS 3.20 | PASS 0.000 | FAIL 2/3 |"
+        in document
+    )
+    assert (
+        "| io-bound | FAILED |" in document and "![each choice against the grid](g.svg)" in document
+    )
+    tree = ET.fromstring(svg_path.read_text())
+    marks = [e for e in tree.iter() if e.get("class") == "choice"]
+    assert len(marks) == 3 and len([e for e in tree.iter() if e.get("class") == "grid"]) == 44
+    assert json.loads(json_path.read_text())["workloads"][1] == broken
+
+    stale = dict(section, name="io-bound", verdicts=[], figures={})  # from an older version
+    again = dict(results, workloads=[stale], commit="abcdef0")
+    (tmp_path / "h.json").write_text(json.dumps(again))
+    merged = _generalise_report.merge([json_path, tmp_path / "h.json"])
+    assert [s["name"] for s in merged["workloads"]] == ["compute-bound", "io-bound"]
+    assert "error" not in merged["workloads"][1]  # the later run's io-bound, judged again
+    assert merged["workloads"][1]["verdicts"] == section["verdicts"]
+    assert [m["commit"] for m in merged["merged_from"]] == ["0123456789", "abcdef0"]
+    assert "0123456, abcdef0" in _generalise_report.document(merged, "m.json", "m.svg")
+
+
+def test_the_plot_is_well_formed_with_one_mark_per_choice_even_for_odd_names() -> None:
+    judged = assess(
+        measurements([100.0, 80.0], 50.0, {1: 97.0, 2: 130.0}),
+        searches(),
+        rounds=3,
+        measurement_s=2.0,
+    )
+    section = {
+        "name": "a<b & c",
+        "measurements": measurements([100.0, 80.0], 50.0, {1: 97.0, 2: 130.0}),
+        **judged,
+    }
+    tree = ET.fromstring(svg([section, {"name": "broken", "error": "x"}]))
+    assert len([e for e in tree.iter() if e.get("class") == "choice"]) == 3
+    assert any(e.text == "a<b & c" for e in tree.iter())
+
+
+# --------------------------------------------------------------------- the command line
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--seeds", "2"],  # a flag of the mode without it
+        ["--grid", "small"],
+        ["generalise", "--rounds", "2"],  # fewer than the issue's 3 rounds
+        ["generalise", "--seeds", "0"],
+        ["generalise", "--trials", "0"],
+        ["generalise", "--seconds", "0"],
+        ["generalise", "--warmup", "-1"],
+        ["generalise", "--grid", "tiny"],
+        ["generalise", "--grid", '{"num_workers": [-1]}'],
+        ["generalise", "--quick"],
+        ["generalise", "--no-summary"],
+        ["--generalise", "--agreement"],
+        ["generalise", "--workloads", "tape-drive"],
+        ["generalise", "--merge", "no-such-results.json"],
+        ["generalise", "--epoch-scale", "2"],  # the online comparison's
+        ["--generalise", "--online"],
+        ["online", "--seeds", "2"],
+        ["agreement", "--merge", "results.json"],
+        ["online", "--grid", "small"],  # a grid by name is this mode's
+    ],
+)
+def test_the_command_line_refuses_what_does_not_apply(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _cli.main(argv) == 2
+    assert capsys.readouterr().err.startswith("python -m benchmarks: ")
+
+
+def test_a_run_writes_its_files_after_every_workload_named_to_the_minute(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    seen: list[GeneraliseOptions] = []
+
+    def failing(workload: Any, options: GeneraliseOptions, *rest: Any) -> dict[str, Any]:
+        seen.append(options)
+        raise RuntimeError("no figures today")
+
+    monkeypatch.setattr(_generalise, "run_workload", failing)
+    argv = ["generalise", "--workloads", "io-bound", "--grid", "small", "--seeds", "1"]
+    assert _cli.main([*argv, "--out", str(tmp_path), "--keep-data"]) == 1  # it failed
+    assert seen == [GeneraliseOptions(seeds=1, grid=parse_grid("small"))]
+    (written,) = tmp_path.glob("generalise-*.json")
+    assert len(written.stem) == len("generalise-2026-12-01-1000")
+    assert written.with_suffix(".md").exists() and written.with_suffix(".svg").exists()
+    results = json.loads(written.read_text())
+    assert results["mode"] == "generalise" and results["options"]["seeds"] == 1
+    assert results["targets"]["median_vs_grid"] == 0.97
+    assert results["workloads"] == [{"name": "io-bound", "error": "RuntimeError: no figures today"}]
+
+
+def test_merge_writes_one_set_of_files(tmp_path: Path) -> None:
+    run = {
+        "mode": "generalise",
+        "started": "2026-12-01T10:00:00",
+        "host": "vm",
+        "machine": MACHINE.to_dict(),
+        "options": GeneraliseOptions().to_dict(),
+        "workloads": [{"name": "io-bound", "error": "x"}],
+    }
+    (tmp_path / "a.json").write_text(json.dumps(run))
+    out = tmp_path / "all.json"
+    assert _cli.main(["generalise", "--merge", str(tmp_path / "a.json"), "--out", str(out)]) == 0
+    assert out.exists() and out.with_suffix(".md").exists() and out.with_suffix(".svg").exists()
+
+
+# --------------------------------------------------------------------- what it imports
+def test_the_generalise_modules_load_nothing_of_the_probe_or_the_search() -> None:
+    code = (
+        "import sys; "
+        + "; ".join(f"import benchmarks.{m}" for m in (*MODULES, "_generalise_cli"))
+        + "; print(sorted(m for m in sys.modules if m.startswith('autotune')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    loaded: list[str] = eval(done.stdout)
+    forbidden = ("autotune.probe", "autotune.explore", "autotune.pipeline", "autotune.decide")
+    assert "autotune.settings._settings" in loaded
+    assert [m for m in loaded if m.startswith((*forbidden, "autotune.result"))] == []
+
+
+def test_the_generalise_modules_import_only_autotunes_public_names() -> None:
+    """Run time aside, the source itself: ``autotune.search`` and the public names, the
+    settings' own module (for a type), nothing of the search's internals."""
+    for name in MODULES:
+        tree = ast.parse((ROOT / "benchmarks" / f"{name}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("autotune"):
+                assert node.module in ("autotune", "autotune.settings._settings"), name
+                if node.module == "autotune":
+                    assert {a.name for a in node.names} <= set(autotune.__all__), name
+            if isinstance(node, ast.Import):
+                assert all(a.name in ("autotune",) or "autotune" not in a.name for a in node.names)
+
+
+def test_a_run_that_departs_from_the_issues_protocol_says_so() -> None:
+    assert _generalise_report.departures(GeneraliseOptions().to_dict()) == []
+    short = GeneraliseOptions(seeds=1, trials=4, grid=parse_grid("small")).to_dict()
+    assert _generalise_report.departures(short) == [
+        "1 search(es) per workload, not 3",
+        "4 exploration trials, not the default budget",
+        "a narrowed grid",
+    ]
+    results = {
+        "started": "2026-12-01T10:00:00",
+        "host": "vm",
+        "machine": MACHINE.to_dict(),
+        "options": short,
+        "workloads": [],
+    }
+    document = _generalise_report.document(results, "g.json", "g.svg")
+    assert "> Not issue 14's protocol: 1 search(es) per workload, not 3;" in document
+    assert (
+        "(num_workers 0, 2\n× training threads 1, every CPU × persistent_workers\nyes," in document
+    )
