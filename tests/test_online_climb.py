@@ -80,6 +80,8 @@ def test_neighbours_double_step_deepen_then_halve() -> None:
 def test_neighbours_stay_within_the_cpu_share_and_prefetch_cap() -> None:
     capped = ClimbOptions(max_workers=2, max_prefetch=4)
     assert neighbours(s(2, prefetch=4), capped) == [s(1, prefetch=4)]
+    # From below the most, doubling past it tries the most.
+    assert neighbours(s(11), ClimbOptions(max_workers=16))[0] == s(16)
 
 
 def test_pinned_memory_is_tried_only_when_allowed() -> None:
@@ -272,7 +274,8 @@ LATENCY = ClimbOptions(max_workers=16, cpus=2, windows=3)
 @pytest.mark.parametrize(
     ("wait", "cpu_share", "workers"),
     [
-        (0.75, 0.0, 4),  # 0.1875 s loads, 0.0625 s of training: 3 workers x 1.25 -> 4
+        (0.75, 0.0, 6),  # 0.1875 s loads, 0.0625 s of training: 3 workers x 2 (idle CPU)
+        (0.75, 0.9, 2),  # the same loads on the CPU: 3 x 1.25 -> 4, but at most the CPUs
         (0.95, 0.0, 16),  # far more wanted than the most: the most
         (0.95, 0.9, 2),  # CPU-bound loading: no more than the CPUs (2: no jump)
         (0.3, 0.0, None),  # 1 worker would do: no further than the first neighbour

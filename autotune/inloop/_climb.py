@@ -44,6 +44,10 @@ DECISIVE = 1.5
 judged after one window."""
 HEADROOM = 1.25
 """A jump aims at workers that load this much faster than the loop trains."""
+IDLE_HEADROOM = 2.0
+"""... and twice as fast when the loads leave the CPU idle: such workers cost no CPU,
+while the training time seen in the start's first step (its one-off costs included)
+makes the estimate low."""
 CPU_BOUND = 0.5
 """Loading that keeps the loop's thread busy this share of its time is CPU-bound: a jump
 then takes no more workers than the CPUs."""
@@ -110,7 +114,9 @@ def neighbours(settings: Settings, options: ClimbOptions) -> list[Settings]:
     is not a move: it changes nothing within an epoch (see :func:`wants_persistent`).
     """
     workers = settings.num_workers
-    more = (2, 1) if workers == 0 else (2 * workers, workers + 1)
+    # Doubling past the most tries the most itself (a jump lands anywhere below it).
+    doubled = min(2 * workers, max(options.max_workers, workers))
+    more = (2, 1) if workers == 0 else (doubled, workers + 1)
     found = [
         *(_workers(settings, w) for w in more),
         _prefetch(settings, 2 * (settings.prefetch_factor or 2), options.max_prefetch),
@@ -164,7 +170,8 @@ def jump(
     steps to load one. The loop is fed when the workers load :data:`HEADROOM` times
     faster than it trains. ``cpu_share``: the CPU time the loop's thread spent inside
     the loads over their wall time (known without workers only); CPU-bound loading gets
-    no more workers than the CPUs.
+    no more workers than the CPUs, loading that leaves the CPU idle gets twice the
+    estimate (:data:`IDLE_HEADROOM`).
     """
     steps = sum(w.steps for w in windows)
     seconds = sum(w.seconds for w in windows)
@@ -175,9 +182,9 @@ def jump(
     train = max(step - waited / steps, 1e-3 * step)
     workers = settings.num_workers
     load = waited / steps if workers == 0 else workers * step
-    needed = math.ceil(HEADROOM * load / train)
     cpus = options.cpus if options.cpus is not None else options.max_workers
     waits_on_cpu = cpu_share is None or cpu_share >= CPU_BOUND
+    needed = math.ceil((HEADROOM if waits_on_cpu else IDLE_HEADROOM) * load / train)
     most = min(options.max_workers, max(cpus, workers)) if waits_on_cpu else options.max_workers
     needed = min(needed, most)
     first = 2 if workers == 0 else 2 * workers
