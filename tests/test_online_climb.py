@@ -346,3 +346,18 @@ def test_only_the_starts_first_warm_up_is_glanced_at() -> None:
     climb.add(waiting(100.0, 0.2))
     climb.glance(waiting(100.0, 0.95, steps=1), cpu_share=0.0)
     assert climb.trying == s(0) and len(climb.rates(s(0))) == 1
+
+
+def test_the_first_look_is_the_start_up_load_and_the_training_on_it() -> None:
+    time = FakeTime()
+    clock = StepClock(window_seconds=10.0, now=time)
+    assert clock.first_look(time.t) is None  # nothing started yet
+    asked = time.t
+    time.t += 0.3
+    clock.fetched(asked, samples=4)  # the start-up batch: a 0.3 s load
+    time.t += 0.1  # the loop trains on it
+    look = clock.first_look(time.t)
+    assert look is not None and look.index == WARM_UP and look.steps == 1
+    assert look.wait_seconds == pytest.approx(0.3) and look.seconds == pytest.approx(0.4)
+    assert look.samples == 4
+    assert clock.first_look(time.t) is None  # once per start-up

@@ -215,3 +215,21 @@ def test_a_loop_that_hardly_waits_settles_on_its_start_and_says_why(
     drive(tuner, time, 20, lambda settings: TRAIN + 0.0005)
     assert tuner.climb is None and tuner.wanted == Settings(batch_size=4)
     assert "waited 1.2% of its steps for data" in caplog.text
+
+
+def test_a_slow_first_load_jumps_before_the_loop_loads_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, LOG.name)
+    time = FakeTime()
+    tuner = latency_tuner(time, batches=1000)
+    tuner.started(Settings(batch_size=4))
+    asked = time.t
+    time.t += 0.16  # the start-up batch, loaded in the loop's thread
+    tuner.fetched(asked, 4, cpu_seconds=0.0)
+    time.t += TRAIN
+    tuner.asking(time.t)  # the loop asks for its second batch
+    # 0.16 s loads, 0.04 s of training, the CPU idle: 4 workers x 2 = 8, before any
+    # second batch is loaded without workers.
+    assert tuner.wanted.num_workers == 8
+    assert "its first batch took 0.16 s to load, 80% of its step" in tuner._why

@@ -55,6 +55,8 @@ class StepClock:
         self._warmup_steps = 0
         self._seconds = self._wait = 0.0
         self._samples = self._steps = 0
+        self._startup_samples = 0
+        self._looked = False
 
     def restart(self, prefetched: int = 0) -> None:
         """A new iterator, or a new epoch: the next batch is start-up, then warm-up.
@@ -65,6 +67,7 @@ class StepClock:
         """
         self._last = None
         self._warm = False
+        self._looked = False
         self._warmup_steps = prefetched
         self._clear()
 
@@ -92,6 +95,7 @@ class StepClock:
         if self._last is None:
             self._last = got
             self.startup_s = got - asked
+            self._startup_samples = samples
             return got - asked, None
         step = got - self._last
         self._last = got
@@ -108,6 +112,26 @@ class StepClock:
         if self._steps < self.min_steps or self._seconds < self.window_seconds:
             return step, None
         return step, self._close()
+
+    def first_look(self, asked: float) -> Window | None:
+        """As the loop asks for its first batch after a start-up: that start-up's load and
+        the time the loop then trained on its batch, as a one-step warm-up window (index
+        :data:`WARM_UP`); None at any other time, and when asked again.
+
+        Only a loader without workers loads its start-up batch as it loads every batch
+        (in the loop's own thread); with workers, start-up is mostly their starting."""
+        if self._last is None or self._warm or self._steps or self._looked:
+            return None
+        self._looked = True
+        load = self.startup_s or 0.0
+        return Window(
+            index=WARM_UP,
+            seconds=load + max(0.0, asked - self._last),
+            samples=self._startup_samples,
+            fresh=self._startup_samples,
+            steps=1,
+            wait_seconds=load,
+        )
 
     def _close(self) -> Window:
         window = Window(

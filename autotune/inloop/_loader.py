@@ -151,6 +151,7 @@ class _Epoch(Iterator[Any]):
     def __next__(self) -> Any:
         if self._done:
             raise StopIteration
+        self._tuner.asking(self._tuner.clock.now())
         wanted = self._tuner.wanted
         if self._iterator is None:
             self._start(wanted)

@@ -114,13 +114,36 @@ class Tuner:
         seconds, window = self.clock.fetched(asked, samples)
         if first and self.running is not None:
             self.startups[without_persistence(self.running).key()] = seconds
-        elif cpu_seconds is not None and self.running is not None and not self.running.num_workers:
+        if cpu_seconds is not None and self.running is not None and not self.running.num_workers:
             self._load_cpu += cpu_seconds
             self._load_wall += waited
         if self.climb is not None:
             self._climbing(seconds, window)
         elif window is not None and window.index != WARM_UP:
             self._watching(window)
+
+    def asking(self, asked: float) -> None:
+        """The user asks for a batch at ``asked``, before the loader is asked: without
+        workers, the first ask after a start-up already tells how long a load takes (the
+        start-up batch's) and how long the loop trains on it, so a loop that waits most
+        of its time jumps before it loads another batch in its own thread."""
+        climb, running = self.climb, self.running
+        if climb is None or climb.done or running is None or running.num_workers:
+            return
+        window = self.clock.first_look(asked)
+        if window is None:
+            return
+        before = climb.trying
+        climb.glance(window, cpu_share=self._cpu_share())
+        if climb.trying != before:
+            self._why = (
+                f"the start, {before.describe()}: its first batch took {window.wait_seconds:.2f} s "
+                f"to load, {wait_share([window]):.0%} of its step"
+            )
+            self.wanted = climb.trying
+
+    def _cpu_share(self) -> float | None:
+        return self._load_cpu / self._load_wall if self._load_wall > 0 else None
 
     def epoch_ended(self, batches: int) -> None:
         """An epoch ended after ``batches`` batches."""
@@ -146,7 +169,7 @@ class Tuner:
 
     def _judge(self, climb: Climb, window: Window) -> None:
         measured = climb.trying
-        share = self._load_cpu / self._load_wall if self._load_wall > 0 else None
+        share = self._cpu_share()
         if window.index == WARM_UP:
             climb.glance(window, cpu_share=share)
             verdict = None
