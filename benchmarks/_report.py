@@ -217,8 +217,43 @@ def write(results: Mapping[str, Any], out: Path, summary: Path | None) -> tuple[
     if summary is not None:
         summary.parent.mkdir(parents=True, exist_ok=True)
         link = Path(_relative(json_path, summary.parent))
-        summary.write_text(markdown(results, link.as_posix()))
+        page = markdown(results, link.as_posix())
+        summary.write_text(with_other_checks(page, out, summary.parent))
     return json_path, md_path
+
+
+OTHER_CHECKS = "<!-- the other checks: written by benchmarks._report.with_other_checks -->"
+"""Where the suite's own page ends and the other checks' sections begin."""
+_CHECKS = (
+    ("agreement", "The probe against a plain loop (`--agreement`)"),
+    ("online", "The online loader in one epoch (`--online`)"),
+    ("generalise", "The choice against the checker's grid (`--generalise`)"),
+)
+
+
+def with_other_checks(page: str, results: Path, start: Path) -> str:
+    """``page`` (without the sections this appended before) and, for each other check,
+    its newest markdown in ``results`` (``<mode>-*.md``), headings moved two levels down,
+    under a heading that links to the file; ``page`` as it is when there are none.
+
+    So the page the README links to carries every check's figures, and a suite run,
+    which rewrites the page, keeps them."""
+    own = page.split(OTHER_CHECKS)[0].rstrip("\n")
+    sections = []
+    for mode, title in _CHECKS:
+        found = sorted(results.glob(f"{mode}-*.md"), key=lambda path: path.stat().st_mtime)
+        if not found:
+            continue
+        newest = found[-1]
+        body = "\n".join(
+            f"##{line}" if line.startswith("#") else line
+            for line in newest.read_text().splitlines()
+        )
+        link = _relative(newest, start)
+        sections.append(f"## {title}\n\nFrom [{newest.name}]({link}).\n\n{body.strip()}\n")
+    if not sections:
+        return own + "\n"
+    return "\n".join([own, "", OTHER_CHECKS, "", *sections])
 
 
 def _relative(path: Path, start: Path) -> str:

@@ -5,6 +5,7 @@ decision rules and reports on made-up figures."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -320,6 +321,27 @@ def test_reports_show_every_strategy_and_verdict(tmp_path: Path) -> None:
     assert "side by side on the same CPUs, about 150 samples/s" in page
     assert "> two runs merged" in page and "> measured while a test run shared the CPUs" in page
     assert md_path.read_text().startswith("# Benchmark results: 2026-01-02, box (quick mode)")
+
+
+def test_the_summary_page_keeps_the_newest_figures_of_every_other_check(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "online-2026-01-01.md").write_text("# Online, old\n\n### io-bound\n\nold\n")
+    (results / "online-2026-01-02.md").write_text("# Online, new\n\n### io-bound\n\nnew\n")
+    os.utime(results / "online-2026-01-01.md", (1, 1))
+    (results / "agreement-2026-01-02.md").write_text("### hf-style-text\n\n| a | b |\n")
+    page = _report.with_other_checks("# Suite\n\nfigures\n", results, tmp_path)
+    own, others = page.split(_report.OTHER_CHECKS)
+    assert own.strip() == "# Suite\n\nfigures"
+    # Each check's newest file only, under a heading linking to it, headings moved down.
+    assert "From [online-2026-01-02.md](results/online-2026-01-02.md)." in others
+    assert "##### io-bound\n\nnew" in others and "old" not in others
+    assert "##### hf-style-text\n\n| a | b |" in others
+    assert others.index("probe against a plain loop") < others.index("online loader")
+    # Written again (a suite run), the page keeps one copy of them.
+    again = _report.with_other_checks(page, results, tmp_path)
+    assert again == page and again.count(_report.OTHER_CHECKS) == 1
+    assert _report.with_other_checks("# Suite\n", tmp_path / "none", tmp_path) == "# Suite\n"
 
 
 def test_cli_refuses_an_unknown_workload(capsys: pytest.CaptureFixture[str]) -> None:
