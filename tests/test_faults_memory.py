@@ -187,3 +187,51 @@ def test_shared_memory_too_small_for_the_batches(workdir) -> None:
     assert "No space left on device" in failure["message"]
     assert "shared memory (/dev/shm) is too small" in failure["message"]
     assert "docker run --shm-size" in failure["message"]
+
+
+class _Ticks:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_the_memory_watch_reads_proportional_sizes_only_when_due_or_over_the_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from autotune.probe import _runner
+
+    reads = {"rss": 0, "pss": 0}
+    sizes = {"rss": 100, "pss": 60}
+
+    def resident(process: object) -> int:
+        reads["rss"] += 1
+        return sizes["rss"]
+
+    def proportional(process: object) -> int:
+        reads["pss"] += 1
+        return sizes["pss"]
+
+    monkeypatch.setattr(_runner, "_resident", resident)
+    monkeypatch.setattr(_runner, "_memory_of", proportional)
+    clock = _Ticks()
+    watch = _runner.TreeWatch(os.getpid(), limit=5_000, interval=3600, clock=clock)
+    try:
+        tree = len(watch._processes())  # this process and its children (pytest's own)
+        reads["rss"] = reads["pss"] = 0
+        assert watch.sample() == 60 * tree  # the first sample reads the peak
+        assert reads["pss"] == tree and watch.peak == 60 * tree
+        for _ in range(4):  # 0.2 s apart: resident sizes only
+            clock.t += 0.2
+            assert watch.sample() == 100 * tree
+        assert reads["pss"] == tree and reads["rss"] == 5 * tree
+        clock.t += _runner.PSS_SECONDS  # the peak is due again
+        watch.sample()
+        assert reads["pss"] == 2 * tree
+        sizes["rss"], sizes["pss"] = 10_000, 9_000  # over the limit: read at once
+        clock.t += 0.2
+        assert watch.sample() == 9_000 * tree
+        assert watch.exceeded_at == 9_000 * tree and watch.peak == 9_000 * tree
+    finally:
+        watch.stop()

@@ -66,19 +66,45 @@ def preload_in_probes(modules: Iterable[str]) -> None:
         context.set_forkserver_preload(list(_preload))
 
 
+PSS_SECONDS = 1.0
+"""How often the memory watch reads the proportional sizes for the peak."""
+TREE_SECONDS = 1.0
+"""How often the memory watch lists the probe's descendants again."""
+
+
 class TreeWatch:
     """Samples the memory of a process and all its descendants in the background.
 
     Memory is the proportional set size (shared pages split among sharers), so
     forked workers that share their parent's pages are not counted twice.
+
+    The watch shares the CPUs with the probe it measures, so it is kept cheap: the
+    tree's resident sizes (a stat read per process) every ``interval``; the
+    proportional sizes (a walk of every mapping, about 3 ms per torch process, under
+    the lock the process's own allocations need) only when the resident sum is over
+    the limit (the proportional size is never larger) and for the peak every
+    :data:`PSS_SECONDS`; the list of descendants every :data:`TREE_SECONDS`. Read
+    every 0.2 s, the proportional sizes and the tree took 2.5% of a core per process
+    of the probe, 13% with 4 workers, out of the CPUs the probe was timed on.
     """
 
-    def __init__(self, pid: int, *, limit: int | None, interval: float = 0.2) -> None:
+    def __init__(
+        self,
+        pid: int,
+        *,
+        limit: int | None,
+        interval: float = 0.2,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.limit = limit
         self.peak = 0
         self.exceeded_at: int | None = None
         self._root = psutil.Process(pid)
         self._seen: dict[int, psutil.Process] = {pid: self._root}
+        self._tree: list[psutil.Process] = [self._root]
+        self._clock = clock
+        self._tree_at: float | None = None
+        self._pss_at: float | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._interval = interval
@@ -90,20 +116,38 @@ class TreeWatch:
             self.sample()
 
     def sample(self) -> int:
-        """Read the tree's memory now; returns it in bytes."""
-        try:
-            processes = [self._root, *self._root.children(recursive=True)]
-        except psutil.Error:
-            return 0
-        total = 0
-        for process in processes:
-            with self._lock:
-                self._seen.setdefault(process.pid, process)
-            total += _memory_of(process)
+        """Read the tree's memory now; returns what it read, in bytes (the proportional
+        size when it was read, else the resident size)."""
+        processes = self._processes()
+        now = self._clock()
+        resident = sum(_resident(process) for process in processes)
+        over = self.limit is not None and resident > self.limit
+        due = self._pss_at is None or now - self._pss_at >= PSS_SECONDS
+        if not (over or due):
+            return resident
+        self._pss_at = now
+        total = sum(_memory_of(process) for process in processes)
         self.peak = max(self.peak, total)
         if self.limit is not None and total > self.limit and self.exceeded_at is None:
             self.exceeded_at = total
         return total
+
+    def _processes(self) -> list[psutil.Process]:
+        """The tree, listed again every :data:`TREE_SECONDS` (reading every process's
+        parent in /proc); the root alone once it cannot be read."""
+        now = self._clock()
+        if self._tree_at is not None and now - self._tree_at < TREE_SECONDS:
+            return self._tree
+        self._tree_at = now
+        try:
+            tree = [self._root, *self._root.children(recursive=True)]
+        except psutil.Error:
+            return [self._root]
+        with self._lock:
+            for process in tree:
+                self._seen.setdefault(process.pid, process)
+        self._tree = tree
+        return tree
 
     def stop(self) -> None:
         self._stop.set()
@@ -133,6 +177,13 @@ class TreeWatch:
         for process in processes:
             with contextlib.suppress(psutil.Error):
                 process.kill()  # psutil checks the pid was not reused
+
+
+def _resident(process: psutil.Process) -> int:
+    try:
+        return int(process.memory_info().rss)
+    except psutil.Error:
+        return 0
 
 
 def _memory_of(process: psutil.Process) -> int:
