@@ -274,7 +274,9 @@ LATENCY = ClimbOptions(max_workers=16, cpus=2, windows=3)
 @pytest.mark.parametrize(
     ("wait", "cpu_share", "workers"),
     [
-        (0.75, 0.0, 6),  # 0.1875 s loads, 0.0625 s of training: 3 workers x 2 (idle CPU)
+        (0.75, 0.0, 16),  # 0.1875 s loads, 0.0625 s of training: 3 x 2 (idle CPU) = 6,
+        # more than the 2 CPUs: the most, at once
+        (0.4, 0.0, None),  # 0.1 s loads, 0.15 s of training: 1 x 2 = 2, the first neighbour
         (0.75, 0.9, 2),  # the same loads on the CPU: 3 x 1.25 -> 4, but at most the CPUs
         (0.95, 0.0, 16),  # far more wanted than the most: the most
         (0.95, 0.9, 2),  # CPU-bound loading: no more than the CPUs (2: no jump)
