@@ -233,15 +233,17 @@ _CHECKS = (
 
 def with_other_checks(page: str, results: Path, start: Path) -> str:
     """``page`` (without the sections this appended before) and, for each other check,
-    its newest markdown in ``results`` (``<mode>-*.md``), headings moved two levels down,
-    under a heading that links to the file; ``page`` as it is when there are none.
+    its newest markdown in ``results`` (``<mode>-<date>*.md``, the last by name),
+    headings moved two levels down, under a heading that links to the file; ``page`` as
+    it is when there are none.
 
     So the page the README links to carries every check's figures, and a suite run,
     which rewrites the page, keeps them."""
     own = page.split(OTHER_CHECKS)[0].rstrip("\n")
     sections = []
     for mode, title in _CHECKS:
-        found = sorted(results.glob(f"{mode}-*.md"), key=lambda path: path.stat().st_mtime)
+        # The names carry the date (a clone's files all have the checkout's time).
+        found = sorted(results.glob(f"{mode}-*.md"))
         if not found:
             continue
         newest = found[-1]

@@ -5,7 +5,6 @@ decision rules and reports on made-up figures."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -328,7 +327,6 @@ def test_the_summary_page_keeps_the_newest_figures_of_every_other_check(tmp_path
     results.mkdir()
     (results / "online-2026-01-01.md").write_text("# Online, old\n\n### io-bound\n\nold\n")
     (results / "online-2026-01-02.md").write_text("# Online, new\n\n### io-bound\n\nnew\n")
-    os.utime(results / "online-2026-01-01.md", (1, 1))
     (results / "agreement-2026-01-02.md").write_text("### hf-style-text\n\n| a | b |\n")
     page = _report.with_other_checks("# Suite\n\nfigures\n", results, tmp_path)
     own, others = page.split(_report.OTHER_CHECKS)
