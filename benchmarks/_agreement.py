@@ -2,13 +2,15 @@
 
 For each workload: ``autotune.search(config, seed=...)`` with its default options (or
 ``trials=N``), then the default loader (``result.baseline``) and the choice
-(``result.settings``) measured again by the plain-loop checker
-(:mod:`benchmarks._checker`, which shares no code with the probe) in interleaved
-rounds. A table per workload sets the probe's figure beside the plain loop's.
+(``result.settings``) measured again in interleaved rounds, each round by autotune's
+probe and by the plain-loop checker (:mod:`benchmarks._checker`, which shares no code
+with the probe) one right after the other (:mod:`benchmarks._side_by_side`), so that
+a machine that drifts between the search and the check moves both. A table per
+workload sets the search's figure, the probe's and the plain loop's side by side.
 
-A config **agrees** when the probe's figure is within 5% of the plain loop's
-median, or when the plain loop's own spread between rounds (half its range over its
-median) covers the gap: the loop cannot tell them apart more finely than that.
+A config **agrees** when the probe's median is within 5% of the plain loop's, or when
+the plain loop's own spread between rounds (half its range over its median) covers
+the gap: the loop cannot tell them apart more finely than that.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import autotune
 from autotune import Settings
-from benchmarks._checker import measure_interleaved, median, spread
+from benchmarks._checker import median, spread
 from benchmarks._workloads import BenchWorkload
 
 if TYPE_CHECKING:  # the result's module loads the probe: not needed to read a result
@@ -168,7 +170,7 @@ def run_workload(
         )
     result = searched.result
     sides = probe_sides(result, result.user_batch)
-    plain = _plain_rounds(workload, sides, options, result.device, say)
+    pairs = _side_by_side(workload, sides, options, result.device, say)
     return {
         "name": workload.name,
         "config": workload.config.relative_to(workload.config.parents[2]).as_posix(),
@@ -182,7 +184,7 @@ def run_workload(
             "probe_noise": result.noise,
             "is_default": result.is_default,
         },
-        "rows": [_row(side, plain[side.settings.key()]) for side in sides],
+        "rows": [_row(side, *pairs[side.settings.key()]) for side in sides],
         "wall_s": time.perf_counter() - began,
     }
 
@@ -198,18 +200,23 @@ def study_folder(kept: Path | None) -> Iterator[Path]:
         yield Path(folder)
 
 
-def _plain_rounds(
+def _side_by_side(
     workload: BenchWorkload,
     sides: Sequence[ProbeSide],
     options: AgreementOptions,
     device: str,
     say: Say,
-) -> dict[str, list[float]]:
-    """The plain loop's rounds of each distinct config (the default and the choice may
-    be one config: it is then measured once)."""
+) -> dict[str, tuple[list[float], list[float]]]:
+    """The probe's and the plain loop's rounds of each distinct config (the default and
+    the choice may be one config: it is then measured once)."""
+    from benchmarks import _side_by_side  # loads the probe: not when a result is only read
+
     distinct = list({side.settings.key(): side.settings for side in sides}.values())
-    say(f"plain loop: {len(distinct)} config(s), {options.rounds} interleaved rounds")
-    rounds = measure_interleaved(
+    say(
+        f"probe and plain loop: {len(distinct)} config(s), {options.rounds} interleaved "
+        "rounds, side by side"
+    )
+    pairs = _side_by_side.measure_pairs(
         workload.config,
         distinct,
         rounds=options.rounds,
@@ -219,23 +226,29 @@ def _plain_rounds(
         seed=options.seed,
         say=say,
     )
-    return {settings.key(): figures for settings, figures in zip(distinct, rounds, strict=True)}
+    return {
+        settings.key(): (pair.probe, pair.plain)
+        for settings, pair in zip(distinct, pairs, strict=True)
+    }
 
 
-def _row(side: ProbeSide, plain_rounds: list[float]) -> dict[str, Any]:
+def _row(side: ProbeSide, probe_rounds: list[float], plain_rounds: list[float]) -> dict[str, Any]:
     plain = median(plain_rounds)
-    agrees, why = verdict(side.samples_per_s, plain_rounds)
+    probe = median(probe_rounds) if probe_rounds else None
+    agrees, why = verdict(probe, plain_rounds)
     return {
         "config": side.label,
         "settings": side.settings.to_dict(),
         "describe": side.settings.describe(),
-        "probe": {
+        "search": {
             "samples_per_s": side.samples_per_s,
             "rounds": list(side.rounds),
             "interval": [min(side.rounds), max(side.rounds)] if len(side.rounds) > 1 else None,
         },
+        "probe": {"samples_per_s": probe, "rounds": probe_rounds, "spread": spread(probe_rounds)},
         "plain": {"samples_per_s": plain, "rounds": plain_rounds, "spread": spread(plain_rounds)},
-        "ratio": side.samples_per_s / plain if side.samples_per_s and plain > 0 else None,
+        "ratio": probe / plain if probe and plain > 0 else None,
+        "search_ratio": side.samples_per_s / plain if side.samples_per_s and plain > 0 else None,
         "agrees": agrees,
         "why": why,
     }
@@ -243,8 +256,8 @@ def _row(side: ProbeSide, plain_rounds: list[float]) -> dict[str, Any]:
 
 # --------------------------------------------------------------------- the table
 HEADER = (
-    "| config | settings | probe samples/s (rounds' range) | plain loop samples/s "
-    "(spread) | probe / plain | verdict |"
+    "| config | settings | search's samples/s (rounds' range) | probe samples/s (spread) | "
+    "plain loop samples/s (spread) | probe / plain | verdict |"
 )
 
 
@@ -256,16 +269,17 @@ def rate_text(value: float | None) -> str:
 
 
 def _cells(row: Mapping[str, Any]) -> list[str]:
-    probe, plain = row["probe"], row["plain"]
-    probe_text = rate_text(probe["samples_per_s"])
-    if probe["interval"]:
-        low, high = probe["interval"]
-        probe_text += f" ({rate_text(low)}-{rate_text(high)})"
+    search, probe, plain = row["search"], row["probe"], row["plain"]
+    search_text = rate_text(search["samples_per_s"])
+    if search["interval"]:
+        low, high = search["interval"]
+        search_text += f" ({rate_text(low)}-{rate_text(high)})"
     ratio = row["ratio"]
     return [
         row["config"],
         row["describe"],
-        probe_text,
+        search_text,
+        f"{rate_text(probe['samples_per_s'])} (±{100 * probe['spread']:.1f}%)",
         f"{rate_text(plain['samples_per_s'])} (±{100 * plain['spread']:.1f}%)",
         "-" if ratio is None else f"{ratio:.3f}",
         row["why"],
@@ -277,7 +291,7 @@ def markdown(section: Mapping[str, Any]) -> str:
     title = f"### {section['name']}"
     if "error" in section:
         return f"{title}\n\nFAILED: {section['error']}\n"
-    lines = [title, "", HEADER, "|" + " --- |" * 6]
+    lines = [title, "", HEADER, "|" + " --- |" * 7]
     lines += ["| " + " | ".join(_cells(row)) + " |" for row in section["rows"]]
     search = section["search"]
     lines += [

@@ -12,7 +12,7 @@ import pytest
 
 import autotune
 from autotune import Settings
-from benchmarks import _agreement, _cli
+from benchmarks import _agreement, _cli, _side_by_side
 from benchmarks._agreement import ProbeSide, baseline_rounds, markdown, verdict
 from benchmarks._workloads import find
 
@@ -68,12 +68,25 @@ def test_a_workload_is_searched_then_both_configs_measured_by_the_plain_loop(
         searched.update(options, config=config)
         return fake_result()
 
-    def measure(config: Path, settings: list[Settings], **options: Any) -> list[list[float]]:
-        assert settings == [DEFAULT, CHOSEN] and options["device"] == "cpu"
-        return [[101.0, 99.0, 100.0], [200.0, 205.0, 210.0]]
+    figures = {
+        ("probe", DEFAULT.key()): iter([100.0, 102.0, 98.0]),
+        ("plain", DEFAULT.key()): iter([101.0, 99.0, 100.0]),
+        ("probe", CHOSEN.key()): iter([250.0, 240.0, 260.0]),
+        ("plain", CHOSEN.key()): iter([200.0, 205.0, 210.0]),
+    }
+    order: list[tuple[str, str]] = []
+
+    def instrument(kind: str) -> Any:
+        def measure(config: Path, settings: Settings, **options: Any) -> float:
+            assert options["device"] == "cpu" and options["seconds"] == 1.5
+            order.append((kind, settings.describe()))
+            return next(figures[kind, settings.key()])
+
+        return measure
 
     monkeypatch.setattr(autotune, "search", search)
-    monkeypatch.setattr(_agreement, "measure_interleaved", measure)
+    monkeypatch.setattr(_side_by_side, "probe_rate", instrument("probe"))
+    monkeypatch.setattr(_side_by_side, "measure", instrument("plain"))
     workload = find(["compute-bound"])[0]
     options = _agreement.AgreementOptions(rounds=3, trials=4, study_dir=tmp_path)
     machine: Any = types.SimpleNamespace(gpus=())
@@ -81,14 +94,23 @@ def test_a_workload_is_searched_then_both_configs_measured_by_the_plain_loop(
 
     assert searched["trials"] == 4 and searched["seed"] == 0
     assert Path(searched["study"]).parent == tmp_path
+    # Each config by both instruments in each round, one right after the other, the
+    # probe first in even rounds and the plain loop first in odd ones.
+    assert [kind for kind, _ in order[:4]] == ["probe", "plain", "probe", "plain"]
+    assert [kind for kind, _ in order[4:8]] == ["plain", "probe", "plain", "probe"]
+    assert len(order) == 12
     default, chosen = section["rows"]
     assert default["agrees"] and default["ratio"] == pytest.approx(1.0)
-    assert default["probe"]["interval"] == pytest.approx([100.0, 100.0])
+    assert default["search"]["interval"] == pytest.approx([100.0, 100.0])
     assert not chosen["agrees"] and chosen["ratio"] == pytest.approx(250 / 205)
-    assert chosen["probe"]["interval"] == [240.0, 260.0]
+    assert chosen["search"]["interval"] == [240.0, 260.0]
+    assert chosen["search_ratio"] == pytest.approx(250 / 205)
     json.dumps(section)  # JSON types only
     table = markdown(section)
-    assert "| autotune | workers=2 prefetch=2 persistent=yes batch=64 | 250 (240-260) |" in table
+    assert (
+        "| autotune | workers=2 prefetch=2 persistent=yes batch=64 | 250 (240-260) | 250 (±4.0%) |"
+        in table
+    )
     assert "205 (±2.4%) | 1.220 | disagrees" in table
 
 
@@ -96,7 +118,7 @@ def test_a_default_chosen_is_measured_once() -> None:
     sides = _agreement.probe_sides(fake_result(settings=DEFAULT, samples_per_s=100.0), 64)
     assert [side.settings for side in sides] == [DEFAULT, DEFAULT]
     side = ProbeSide(label="default", settings=DEFAULT, samples_per_s=None, rounds=())
-    assert _agreement._row(side, [100.0])["why"] == "no figure to compare"
+    assert _agreement._row(side, [], [100.0])["why"] == "no figure to compare"
 
 
 @pytest.mark.parametrize(
