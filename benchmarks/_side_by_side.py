@@ -75,20 +75,15 @@ def measure_pairs(
     """Every config by the probe and by the plain loop in each round, one after the
     other (the probe first in even rounds, the plain loop first in odd ones)."""
     pairs = [Pair(probe=[], plain=[]) for _ in settings_list]
+    instruments: dict[str, Callable[..., float]] = {"probe": probe_rate, "plain": measure}
     for index in range(rounds):
+        order = ("probe", "plain") if index % 2 == 0 else ("plain", "probe")
         for settings, pair in zip(settings_list, pairs, strict=True):
-            order = ("probe", "plain") if index % 2 == 0 else ("plain", "probe")
             for kind in order:
-                if kind == "probe":
-                    rate = probe_rate(
-                        config, settings, seconds=seconds, warmup=warmup, device=device, seed=seed
-                    )
-                    pair.probe.append(rate)
-                else:
-                    rate = measure(
-                        config, settings, seconds=seconds, warmup=warmup, device=device, seed=seed
-                    )
-                    pair.plain.append(rate)
+                rate = instruments[kind](
+                    config, settings, seconds=seconds, warmup=warmup, device=device, seed=seed
+                )
+                (pair.probe if kind == "probe" else pair.plain).append(rate)
                 if say is not None:
                     say(f"round {index + 1}: {kind}: {settings.describe()}: {rate:,.0f}/s")
     return pairs
