@@ -7,6 +7,7 @@ switches happen within the first epoch of a few dozen batches.
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import time
 from collections.abc import Iterator
@@ -75,15 +76,51 @@ def test_every_sample_once_per_epoch_across_switches(
 ) -> None:
     caplog.set_level(logging.INFO, LOGGER)
     torch.manual_seed(0)
-    with autotune.online(Indices(), batch_size=4, shuffle=shuffle, **TINY) as loader:
+    # 160 batches: a hand-over to 16 workers leaves them work (the old ones keep 32).
+    with autotune.online(Indices(640), batch_size=4, shuffle=shuffle, **TINY) as loader:
         first = one_epoch(loader)
         in_first = len(switches(caplog))
         second = one_epoch(loader)
     assert in_first >= 2, "the budget should have made several switches in the first epoch"
     for seen in (first, second):
-        assert sorted(seen) == list(range(160))
+        assert sorted(seen) == list(range(640))
         assert (seen != sorted(seen)) is shuffle
     assert first != second or not shuffle  # a new order each epoch
+
+
+class Counted(Dataset[int]):
+    """Item i is i; counts its loads in memory shared with the workers."""
+
+    def __init__(self, length: int) -> None:
+        self.loads = multiprocessing.get_context("fork").Array("i", length)
+
+    def __len__(self) -> int:
+        return len(self.loads)
+
+    def __getitem__(self, index: int) -> int:
+        time.sleep(0.002)
+        with self.loads.get_lock():
+            self.loads[index] += 1
+        return index
+
+
+def test_a_switch_hands_over_what_the_old_workers_prefetched(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, LOGGER)
+    dataset = Counted(640)
+    with autotune.online(dataset, batch_size=4, shuffle=False, **TINY) as loader:
+        handing_over = []
+        seen = []
+        for batch in loader:
+            seen += batch.tolist()
+            handing_over.append(loader.handing_over is not None)
+    assert len(switches(caplog)) >= 2
+    assert any(handing_over), "a switch from workers should have handed over their prefetch"
+    assert seen == list(range(640))
+    # Loaded once each: nothing a set of workers prefetched was thrown away and loaded
+    # again by the next.
+    assert list(dataset.loads) == [1] * 640
 
 
 def test_drop_last_drops_the_same_tail_as_a_dataloader() -> None:
@@ -149,9 +186,11 @@ def test_no_worker_or_shared_memory_outlives_a_switch_or_the_end() -> None:
         for _batch in loader:
             alive = [p for p in workers() if p.pid not in before]
             pids |= {p.pid for p in alive}
-            # Only the running config's workers: every abandoned set was stopped.
+            # Only the running config's workers, and those of the config it took over
+            # from while they hand over their prefetch: every abandoned set was stopped.
             assert loader.running is not None
-            assert len(alive) == loader.running.num_workers
+            old = loader.handing_over
+            assert len(alive) == loader.running.num_workers + (old.num_workers if old else 0)
     assert loader.settings.num_workers > 0, "the climb should have kept workers"
     loader.close()
     assert {p.pid for p in workers()} == before

@@ -212,6 +212,26 @@ def test_a_restart_makes_the_next_batch_start_up_again() -> None:
     assert clock.starting
 
 
+def test_a_hand_overs_lead_is_neither_start_up_nor_warm_up_nor_window() -> None:
+    time = FakeTime()
+    clock = StepClock(window_seconds=0.0, min_steps=2, now=time)
+    clock.fetched(time.t, 4)
+    time.t += 0.1
+    clock.restart(prefetched=2, lead=3)  # the old workers still hand over 3 batches
+    seen = []
+    for step in range(8):
+        assert clock.leading is (step < 3)
+        assert clock.starting is (step == 3)
+        asked = time.t
+        time.t += 0.3 if step == 3 else 0.01  # the new workers' first batch waits 0.3 s
+        seconds, window = clock.fetched(asked, samples=4)
+        seen.append((round(seconds, 2), None if window is None else (window.index, window.steps)))
+        time.t += 0.1
+    assert seen[:3] == [(0.11, None)] * 3  # whole steps, for the budget
+    assert seen[3] == (0.3, None) and clock.startup_s == pytest.approx(0.3)
+    assert [w for _, w in seen[4:] if w is not None] == [(WARM_UP, 2), (0, 2)]
+
+
 # ----------------------------------------------------------------- budget and watch
 def test_the_budget_ends_at_its_share_of_an_epoch_or_its_seconds() -> None:
     budget = Budget.of(epoch_batches=100, fraction=0.05, seconds=60.0)
@@ -253,6 +273,16 @@ def test_remaining_batches_continue_from_the_first_not_handed() -> None:
     assert order.hand() == [0, 1, 2]
     sampler = RemainingBatches(order.remaining())
     assert list(sampler) == [[3, 4, 5], [6, 7, 8], [9]] and len(sampler) == 3
+
+
+def test_cutting_remaining_batches_ends_the_iteration_where_it_stands() -> None:
+    sampler = RemainingBatches([[0], [1], [2], [3]])
+    assert sampler.cut() == 0  # never iterated
+    batches = iter(sampler)
+    assert [next(batches), next(batches)] == [[0], [1]]
+    assert sampler.cut() == 2
+    assert list(batches) == []
+    assert list(sampler) == [[0], [1], [2], [3]]  # a new iteration is whole again
 
 
 def test_epoch_length_counts_as_a_dataloader_does() -> None:

@@ -51,9 +51,9 @@ def test_one_rank_meets_every_sync_steps_and_agrees(
 
     monkeypatch.setattr(Ranks, "ends", counting_ends)
     monkeypatch.setattr(Ranks, "agree", recording_agree)
-    with autotune.online(Indices(), batch_size=4, **TINY) as loader:
+    with autotune.online(Indices(1200), batch_size=4, **TINY) as loader:
         seen = [i for batch in loader for i in batch.tolist()]
-        assert sorted(seen) == list(range(160))
+        assert sorted(seen) == list(range(1200))
         assert not loader.tuning
         assert meetings and all(step % SYNC_STEPS == 0 for step in meetings)
         assert agreed == [loader.settings]

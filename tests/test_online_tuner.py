@@ -6,6 +6,7 @@ DataLoader is built.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -234,3 +235,73 @@ def test_a_slow_first_load_jumps_before_the_loop_loads_again(
     # CPUs: the most, 16, before any second batch is loaded without workers.
     assert tuner.wanted.num_workers == 16
     assert "its first batch took 0.16 s to load, 80% of its step" in tuner._why
+
+
+def drive_handing_over(
+    tuner: Tuner, time: FakeTime, steps: int, step_seconds: Callable[[Settings], float]
+) -> None:
+    """As :func:`drive`, with switches that hand over: the old config's prefetched
+    batches (workers x 2) come first, at its pace, while the new workers start."""
+    old: Settings | None = None
+    lead = 0
+    for _ in range(steps):
+        wanted, running = tuner.wanted, tuner.running
+        if running is None or without_persistence(wanted) != without_persistence(running):
+            old = running
+            lead = 2 * running.num_workers if running is not None else 0
+            tuner.started(wanted, lead=lead)
+            starting = lead == 0 and wanted.num_workers > 0
+        else:
+            starting = False
+        assert tuner.running is not None
+        pace = tuner.running if not lead or old is None else old
+        asked = time.t
+        time.t += STARTUP if starting else step_seconds(pace) - TRAIN
+        lead = max(0, lead - 1)
+        tuner.fetched(asked, 4)
+        time.t += TRAIN
+
+
+def test_a_handed_over_config_persists_once_an_epochs_start_shows_its_start_up(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, LOG.name)
+    time = FakeTime()
+    tuner = make(time)
+    drive_handing_over(tuner, time, 200, fastest_at_two)
+    assert tuner.climb is None
+    # Two workers were reached from none (a cold start: 0.5 s seen whole), so they
+    # persist at once, as in a climb without hand-overs.
+    assert tuner.wanted == Settings(
+        batch_size=4, num_workers=2, prefetch_factor=2, persistent_workers=True
+    )
+    assert tuner.startups[
+        Settings(batch_size=4, num_workers=2, prefetch_factor=2).key()
+    ] == pytest.approx(0.5)
+    # Four workers were only handed over to: their start-up hidden, so unknown.
+    assert Settings(batch_size=4, num_workers=4, prefetch_factor=2).key() not in tuner.startups
+
+
+def test_persistence_waits_for_a_cold_start_when_the_choice_was_handed_over(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, LOG.name)
+    time = FakeTime()
+    tuner = make(time)
+    four = Settings(batch_size=4, num_workers=4, prefetch_factor=2)
+    # Four workers are the fastest; the climb reaches them from two by a hand-over.
+    drive_handing_over(tuner, time, 300, lambda s: 0.02 + fastest_at_two(s) * (
+        0.5 if s.num_workers >= 4 else 1.0))  # fmt: skip
+    assert tuner.climb is None
+    assert without_persistence(tuner.wanted) == four
+    assert not tuner.wanted.persistent_workers  # its start-up unknown yet
+    assert "persistent workers from the next epoch" not in caplog.text
+    # The next epoch starts its workers cold: 0.5 s, over 1% of an epoch (1000 steps
+    # at the settled pace): persistent from the epoch after.
+    tuner.epoch_ended(1000)
+    tuner.started(tuner.wanted)
+    asked = time.t
+    time.t += STARTUP
+    tuner.fetched(asked, 4)
+    assert tuner.wanted == dataclasses.replace(four, persistent_workers=True)
+    assert "persistent workers from the next epoch: starting 4 took 0.50 s" in caplog.text

@@ -1,5 +1,6 @@
 """The DataLoaders behind the online loader: built for one config, kept between
-epochs when their workers persist, and shut down cleanly when abandoned.
+epochs when their workers persist, cut short when a switch hands over to the next
+config, and shut down cleanly when abandoned.
 
 An abandoned iterator's workers are stopped at once (``_shutdown_workers``, what
 torch itself calls at the end of an epoch), not left to the garbage collector: the
@@ -57,6 +58,8 @@ class Loaders:
     def __init__(self, data: Data) -> None:
         self.data = data
         self._kept: _Kept | None = None
+        self._cuttable: tuple[Iterator[Any], RemainingBatches] | None = None
+        """The last iterator started with workers and not kept, and its batches."""
 
     def start(self, settings: Settings, batches: Sequence[list[int]] | None) -> Iterator[Any]:
         """An iterator of ``settings`` over ``batches`` (a map-style dataset's remaining
@@ -71,11 +74,27 @@ class Loaders:
         loader = self._build(settings, sampler)
         if settings.persistent_workers and settings.num_workers > 0:
             self._kept = _Kept(settings, loader, sampler)
-        return self._iter(loader)
+        iterator = self._iter(loader)
+        if sampler is not None and settings.num_workers > 0 and self._kept is None:
+            self._cuttable = (iterator, sampler)
+        return iterator
+
+    def cut(self, iterator: Iterator[Any] | None) -> int | None:
+        """Stop ``iterator`` from sending its workers more batches; returns how many it
+        took from its batches (handed over, or in its workers' hands), after which it
+        ends. None when it cannot be cut (no workers, persistent ones, or an
+        IterableDataset): then stop it."""
+        if self._cuttable is None or self._cuttable[0] is not iterator:
+            return None
+        _, sampler = self._cuttable
+        self._cuttable = None
+        return sampler.cut()
 
     def stop(self, iterator: Iterator[Any] | None) -> None:
         """Stop ``iterator``'s workers (a switch in mid-epoch, or the loader closed)."""
         kept = self._kept
+        if self._cuttable is not None and self._cuttable[0] is iterator:
+            self._cuttable = None
         if kept is not None and getattr(kept.loader, "_iterator", None) is iterator:
             self.release()
         else:

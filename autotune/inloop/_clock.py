@@ -57,18 +57,24 @@ class StepClock:
         self._samples = self._steps = 0
         self._startup_samples = 0
         self._looked = False
+        self._lead = 0
+        self._handed: float | None = None
+        """When the last batch was handed over, whichever iterator it came from."""
 
-    def restart(self, prefetched: int = 0) -> None:
+    def restart(self, prefetched: int = 0, lead: int = 0) -> None:
         """A new iterator, or a new epoch: the next batch is start-up, then warm-up.
 
         Args:
             prefetched: batches the workers load ahead (workers x prefetch factor); the
                 warm-up lasts at least this many steps.
+            lead: batches the old iterator still hands over first (a hand-over): not
+                the new one's, so neither start-up nor warm-up nor window.
         """
         self._last = None
         self._warm = False
         self._looked = False
         self._warmup_steps = prefetched
+        self._lead = lead
         self._clear()
 
     def _clear(self) -> None:
@@ -78,7 +84,12 @@ class StepClock:
     @property
     def starting(self) -> bool:
         """Whether the next batch is the start-up of a new iterator."""
-        return self._last is None
+        return self._last is None and not self._lead
+
+    @property
+    def leading(self) -> bool:
+        """Whether the next batch comes from the iterator being handed over from."""
+        return self._lead > 0
 
     def fetched(self, asked: float, samples: int) -> tuple[float, Window | None]:
         """Count one batch handed over.
@@ -92,6 +103,10 @@ class StepClock:
             and the window it closed, if any (the warm-up's has index :data:`WARM_UP`).
         """
         got = self.now()
+        previous, self._handed = self._handed, got
+        if self._lead:
+            self._lead -= 1
+            return got - (previous if previous is not None else asked), None
         if self._last is None:
             self._last = got
             self.startup_s = got - asked

@@ -1,11 +1,12 @@
 """OnlineLoader: iterates like a DataLoader, and changes DataLoaders as its tuner asks.
 
 A map-style dataset's epoch order is drawn once (:mod:`autotune.inloop._order`);
-a switch in mid-epoch stops the old iterator's workers and starts the new config on
-the batches the user has not had, so nothing is dropped or repeated: batches the old
-workers had prefetched are thrown away with them and loaded again by the new ones.
-An IterableDataset cannot be resumed where another iterator stopped, so it changes
-config only between epochs.
+a switch in mid-epoch hands over: the old iterator sends its workers no more batches
+and hands the user those it has sent them (its prefetch), while the new config's
+workers start on the batches after those; then the old workers are stopped. Nothing
+is dropped or repeated, nothing loaded is thrown away, and the new workers' start-up
+overlaps the loop's steps on the old ones' batches. An IterableDataset cannot be
+resumed where another iterator stopped, so it changes config only between epochs.
 """
 
 from __future__ import annotations
@@ -98,6 +99,13 @@ class OnlineLoader:
         return self._tuner.running
 
     @property
+    def handing_over(self) -> Settings | None:
+        """The config whose workers still hand over the batches they prefetched before a
+        switch (their processes live until then); None when no switch is under way."""
+        epoch = self._epoch() if self._epoch is not None else None
+        return epoch.handing_over if epoch is not None else None
+
+    @property
     def tuning(self) -> bool:
         """Whether a climb is under way."""
         return self._tuner.climb is not None
@@ -146,6 +154,15 @@ class _Epoch(Iterator[Any]):
         self._iterator: Iterator[Any] | None = None
         self._running: Settings | None = None
         self._batches = 0
+        self._started_at = 0
+        """Batches handed this epoch when the running iterator started."""
+        self._old: Iterator[Any] | None = None
+        """The iterator being handed over from: it hands its prefetched batches first."""
+        self.handing_over: Settings | None = None
+        """The config of :attr:`_old`."""
+        self._old_left = 0
+        self._finishing = False
+        """The old iterator had sent its workers every batch left: it ends the epoch."""
         self._done = False
 
     def __next__(self) -> Any:
@@ -154,15 +171,19 @@ class _Epoch(Iterator[Any]):
         self._tuner.asking(self._tuner.clock.now())
         wanted = self._tuner.wanted
         if self._iterator is None:
-            self._start(wanted)
-        elif self._may_switch() and without_persistence(wanted) != self._running:
-            self._loaders.stop(self._iterator)
-            self._start(wanted)
+            self._start(wanted, lead=0)
+        elif (
+            self._old is None
+            and not self._finishing
+            and self._may_switch()
+            and without_persistence(wanted) != self._running
+        ):
+            self._switch(wanted)
         assert self._iterator is not None  # started above
         asked = self._tuner.clock.now()
         asked_cpu = time.thread_time()
         try:
-            batch = next(self._iterator)
+            batch = self._next_batch()
         except StopIteration:
             self._end()
             raise
@@ -176,11 +197,45 @@ class _Epoch(Iterator[Any]):
         # (a loader started for no batch would start its workers for nothing).
         return self._order is not None and self._order.handed < len(self._order)
 
-    def _start(self, settings: Settings) -> None:
-        batches = self._order.remaining() if self._order is not None else None
+    def _next_batch(self) -> Any:
+        assert self._iterator is not None  # started by __next__
+        if self._old is None:
+            return next(self._iterator)
+        batch = next(self._old)
+        self._old_left -= 1
+        if self._old_left == 0:
+            self._stop_old()
+        return batch
+
+    def _stop_old(self) -> None:
+        self._loaders.stop(self._old)
+        self._old, self.handing_over = None, None
+
+    def _switch(self, settings: Settings) -> None:
+        """Hand over from the running iterator to one of ``settings``: the old one keeps
+        the batches it has sent its workers, the new one starts after them."""
+        old = self._iterator
+        taken = self._loaders.cut(old)
+        handed = self._batches - self._started_at
+        lead = max(0, taken - handed) if taken is not None else 0
+        assert self._order is not None  # a switch in mid-epoch needs the order
+        if lead >= len(self._order.remaining()):
+            self._finishing = True  # nothing left for new workers to load
+            return
+        if lead:
+            self._old, self._old_left, self.handing_over = old, lead, self._running
+        else:
+            self._loaders.stop(old)
+        self._start(settings, lead=lead)
+
+    def _start(self, settings: Settings, lead: int) -> None:
+        batches = None
+        if self._order is not None:
+            batches = self._order.remaining()[lead:]
         self._iterator = self._loaders.start(settings, batches)
+        self._started_at = self._batches + lead
         self._running = without_persistence(settings)
-        self._tuner.started(settings)
+        self._tuner.started(settings, lead=lead)
 
     def _end(self) -> None:
         # Torch stops the workers of an exhausted iterator itself, but persistent ones.
@@ -191,6 +246,8 @@ class _Epoch(Iterator[Any]):
     def close(self) -> None:
         """Leave the epoch before its end: stop its workers."""
         if not self._done:
+            if self._old is not None:
+                self._stop_old()
             self._loaders.stop(self._iterator)
             self._iterator = None
             self._done = True

@@ -20,17 +20,50 @@ class RemainingBatches(Sampler[list[int]]):
     Mutable on purpose: a DataLoader with persistent workers keeps its batch sampler
     for life (torch forbids setting it again) and iterates it anew each epoch, so the
     next epoch's batches are put into this same object.
+
+    Its iteration can be cut (:meth:`cut`): the DataLoader then hands over the batches
+    it has already sent to its workers and ends, which lets a switch use what the old
+    workers prefetched instead of throwing it away.
     """
 
     def __init__(self, batches: Sequence[list[int]] = ()) -> None:
         self.batches: Sequence[list[int]] = batches
+        self._current: _Cuttable | None = None
 
     def __iter__(self) -> Iterator[list[int]]:
         # A snapshot: the batches of this iteration, whatever is assigned later.
-        return iter(list(self.batches))
+        self._current = _Cuttable(list(self.batches))
+        return self._current
 
     def __len__(self) -> int:
         return len(self.batches)
+
+    def cut(self) -> int:
+        """End the current iteration where it stands; returns how many batches the
+        DataLoader has taken from it (handed over, or sent to its workers)."""
+        if self._current is None:
+            return 0
+        return self._current.cut()
+
+
+class _Cuttable(Iterator[list[int]]):
+    """One iteration over a list of batches that can be ended early."""
+
+    def __init__(self, batches: list[list[int]]) -> None:
+        self._batches = batches
+        self.taken = 0
+        self._cut = False
+
+    def __next__(self) -> list[int]:
+        if self._cut or self.taken >= len(self._batches):
+            raise StopIteration
+        batch = self._batches[self.taken]
+        self.taken += 1
+        return batch
+
+    def cut(self) -> int:
+        self._cut = True
+        return self.taken
 
 
 class EpochOrder:

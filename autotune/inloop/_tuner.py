@@ -84,13 +84,23 @@ class Tuner:
         self.result: SearchResult | None = None
         """The SearchResult last recorded, when recording."""
         self._why = "climb start"
+        self._cold = True
+        """Whether the running iterator started cold (not handed over to)."""
+        self._settled_rate: float | None = None
+        """The settled config's measured samples/s, once settled."""
         self._steps = 0
         self._load_cpu = self._load_wall = 0.0
         """CPU and wall time of the loads made in the loop's own thread (no workers)."""
 
     # ------------------------------------------------------------ loader's calls
-    def started(self, settings: Settings) -> None:
-        """The loader started an iterator with ``settings`` (a switch, or a new epoch)."""
+    def started(self, settings: Settings, lead: int = 0) -> None:
+        """The loader started an iterator with ``settings`` (a switch, or a new epoch).
+
+        Args:
+            settings: its config.
+            lead: batches the old iterator hands over first (a switch that hands over:
+                the new workers start meanwhile, so their start-up is not seen whole).
+        """
         if self.running is not None and settings != self.running:
             self.log.info(
                 "online: switch %s -> %s (%s)",
@@ -99,7 +109,8 @@ class Tuner:
                 self._why,
             )
         self.running = settings
-        self.clock.restart(_prefetched(settings))
+        self._cold = lead == 0
+        self.clock.restart(_prefetched(settings), lead=lead)
 
     def fetched(self, asked: float, samples: int, cpu_seconds: float | None = None) -> None:
         """A batch of ``samples`` was handed over; the user asked for it at ``asked``.
@@ -109,16 +120,21 @@ class Tuner:
             samples: the samples in the batch.
             cpu_seconds: the CPU time the loop's thread spent in ``next()`` for it.
         """
-        first = self.clock.starting
+        first = self.clock.starting and self._cold
+        lead = self.clock.leading
         waited = self.clock.now() - asked
         seconds, window = self.clock.fetched(asked, samples)
         if first and self.running is not None:
             self.startups[without_persistence(self.running).key()] = seconds
+            if self.climb is None:
+                self._persist_from_next_epoch(seconds)
         if cpu_seconds is not None and self.running is not None and not self.running.num_workers:
             self._load_cpu += cpu_seconds
             self._load_wall += waited
         if self.climb is not None:
-            self._climbing(seconds, window)
+            # The old config's batches handed over after a switch are not the new one's
+            # measuring: they cost the climb nothing.
+            self._climbing(0.0 if lead else seconds, window, spend=not lead)
         elif window is not None and window.index != WARM_UP:
             self._watching(window)
 
@@ -153,12 +169,12 @@ class Tuner:
         self.clock.restart(_prefetched(self.running) if self.running else 0)
 
     # ------------------------------------------------------------ climbing
-    def _climbing(self, seconds: float, window: Window | None) -> None:
+    def _climbing(self, seconds: float, window: Window | None, spend: bool = True) -> None:
         climb = self.climb
         assert climb is not None  # called only while climbing
         running = without_persistence(self.running) if self.running else None
         measuring = not climb.done and running == climb.trying
-        if measuring:
+        if measuring and spend:
             self.budget.spend(seconds)
             if window is not None:
                 self._judge(climb, window)
@@ -204,15 +220,38 @@ class Tuner:
         self.wanted = choice
         self.climb = None
         self._why = "settled"
+        rates = climb.rates(without_persistence(choice))
+        self._settled_rate = statistics.median(rates) if rates else None
         # Under DDP a rank climbing again alone would miss the others at the next meeting.
         if self.options.retune and ranks is None:
-            rates = climb.rates(without_persistence(choice))
-            settled = statistics.median(rates) if rates else None
-            self.watch = Watch(settled=settled, seconds=self.options.retune_seconds)
+            self.watch = Watch(settled=self._settled_rate, seconds=self.options.retune_seconds)
         summary = self._summary(climb, choice)
         self.log.info("online: settled on %s: %s; %s", choice.describe(), summary, ended)
         if self.options.record is not None and (ranks is None or ranks.rank == 0):
             self._record(climb, choice)
+
+    def _persist_from_next_epoch(self, startup: float) -> None:
+        """A settled config started cold (a new epoch) without persistent workers: keep
+        them from the next epoch on when starting them costs enough. The climb reaches
+        most configs by a hand-over, which hides their start-up; an epoch's start shows
+        it whole."""
+        running, batches = self.running, self.epoch_batches
+        rate = self._settled_rate
+        if running is None or running.num_workers == 0 or running.persistent_workers:
+            return
+        # Under DDP the ranks agree on their settings when they settle, not alone after.
+        if running != self.wanted or batches is None or not rate or self.options.ranks:
+            return
+        epoch_seconds = batches * running.batch_size / rate
+        if wants_persistent(startup, epoch_seconds):
+            self.wanted = dataclasses.replace(running, persistent_workers=True)
+            self.log.info(
+                "online: persistent workers from the next epoch: starting %d took %.2f s, "
+                "%.1f%% of an epoch",
+                running.num_workers,
+                startup,
+                100 * startup / epoch_seconds,
+            )
 
     def _persistence(self, settings: Settings) -> Settings:
         if settings.num_workers == 0:
