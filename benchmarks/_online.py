@@ -14,7 +14,8 @@ For each workload:
    default's.
 
 An epoch is the workload's dataset cut or repeated to a set length
-(:data:`EPOCH_ITEMS`), about 10-40 s with the default loader on 2 cores.
+(:data:`EPOCH_ITEMS`): 512 steps, about 30 s with the default loader on 2 cores
+(io-bound: 190 s).
 """
 
 from __future__ import annotations
@@ -40,17 +41,21 @@ DEFAULT_BOUND = 1.0
 DEFAULT_ROUNDS = 3
 DEFAULT_WORKLOADS = ("io-bound", "cpu-decode", "hdf5-chunked", "hf-style-text")
 EPOCH_ITEMS: dict[str, int] = {
+    # 512 steps each: the online loader's default budget, 5% of an epoch's steps, is
+    # then 26 steps everywhere. At 256 (the lengths until 2026-11-23) it was 13 on
+    # cpu-decode and hdf5-chunked: less than one window after a switch's warm-up.
+    #
     # Its 2,048 items 8 times: about 190 s at the default loader's 85 samples/s, 12 s
     # at 16 workers' 1,400. Shorter, and the 2 batches an online loader must load
     # without workers before it knows it waits (0.3 s each) outweigh 5% of the epoch:
     # an online tuner needs an epoch long enough to pay back what it measures.
     "io-bound": 16384,
-    # Its 1,024 files 8 times (2.4 s each at 424 samples/s): about 19 s.
-    "cpu-decode": 8192,
-    # Half its 16,384 rows: about 23 s at 358 samples/s.
-    "hdf5-chunked": 8192,
-    # Its 2,048 texts twice: 256 steps of about 70 ms of CPU each.
-    "hf-style-text": 4096,
+    # Its 1,024 files 16 times: about 29 s at the default loader's 570 samples/s.
+    "cpu-decode": 16384,
+    # Its 16,384 rows: about 31 s at the default loader's 530 samples/s.
+    "hdf5-chunked": 16384,
+    # Its 2,048 texts 4 times at batch 16: about 30 s at 270 samples/s.
+    "hf-style-text": 8192,
 }
 """Items per epoch; a workload not named here is timed over its dataset as it is."""
 LOADER_KNOBS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory")
