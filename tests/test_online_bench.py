@@ -5,6 +5,8 @@ kind of loader in a new process on a tiny config."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -285,3 +287,20 @@ def test_an_epoch_of_each_loader_runs_in_a_new_process_and_leaves_nothing_behind
         if any(str(config) in part for part in p.info["cmdline"] or ())
     ]
     assert leftovers == []
+
+
+def test_the_online_loaders_modules_are_imported_before_the_epochs_clock() -> None:
+    # A new interpreter: in this one another test may have imported them already.
+    script = (
+        "import sys\n"
+        "from autotune import Settings\n"
+        "from autotune.workload._workload import load_config\n"
+        "from benchmarks._epoch import _loader_factory\n"
+        "workload = load_config('benchmarks/workloads/io_bound.py').workload\n"
+        "assert 'autotune.inloop._online' not in sys.modules\n"
+        "_loader_factory(workload, Settings(batch_size=8), True, 'cpu')\n"
+        "assert 'autotune.inloop._online' in sys.modules\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
