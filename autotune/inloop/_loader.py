@@ -161,6 +161,8 @@ class _Epoch(Iterator[Any]):
         self.handing_over: Settings | None = None
         """The config of :attr:`_old`."""
         self._old_left = 0
+        self._compared: Settings | None = None
+        self._compared_differs = False
         self._finishing = False
         """The old iterator had sent its workers every batch left: it ends the epoch."""
         self._done = False
@@ -176,7 +178,7 @@ class _Epoch(Iterator[Any]):
             self._old is None
             and not self._finishing
             and self._may_switch()
-            and without_persistence(wanted) != self._running
+            and self._differs(wanted)
         ):
             self._switch(wanted)
         assert self._iterator is not None  # started above
@@ -196,6 +198,17 @@ class _Epoch(Iterator[Any]):
         # In mid-epoch, only where the rest of the order is known, and some of it is left
         # (a loader started for no batch would start its workers for nothing).
         return self._order is not None and self._order.handed < len(self._order)
+
+    def _differs(self, wanted: Settings) -> bool:
+        """Whether ``wanted`` loads otherwise than the running config (persistence aside).
+        Compared once per wanted config, not per step: a settled loader's steps should
+        cost the loop nothing it can measure."""
+        if wanted is not self._compared:
+            self._compared, self._compared_differs = (
+                wanted,
+                (without_persistence(wanted) != self._running),
+            )
+        return self._compared_differs
 
     def _next_batch(self) -> Any:
         assert self._iterator is not None  # started by __next__
@@ -235,6 +248,7 @@ class _Epoch(Iterator[Any]):
         self._iterator = self._loaders.start(settings, batches)
         self._started_at = self._batches + lead
         self._running = without_persistence(settings)
+        self._compared = None
         self._tuner.started(settings, lead=lead)
 
     def _end(self) -> None:
