@@ -60,21 +60,33 @@ def fastest_at_two(settings: Settings) -> float:
 
 
 def drive(
-    tuner: Tuner, time: FakeTime, steps: int, step_seconds: Callable[[Settings], float]
+    tuner: Tuner,
+    time: FakeTime,
+    steps: int,
+    step_seconds: Callable[[Settings], float],
+    *,
+    hand_over: bool = False,
 ) -> None:
     """Run ``steps`` steps as the loader would: start the wanted config when it differs
-    (persistence aside), then time each batch."""
+    (persistence aside), then time each batch. ``hand_over``: a switch hands over, as
+    the loader's does: the old config's prefetched batches (workers x 2) come first, at
+    its pace, while the new workers start (unseen)."""
+    old: Settings | None = None
+    lead = 0
     for _ in range(steps):
         wanted, running = tuner.wanted, tuner.running
         if running is None or without_persistence(wanted) != without_persistence(running):
-            tuner.started(wanted)
-            starting = wanted.num_workers > 0
+            old = running
+            lead = 2 * running.num_workers if hand_over and running is not None else 0
+            tuner.started(wanted, lead=lead)
+            starting = lead == 0 and wanted.num_workers > 0
         else:
             starting = False
-        asked = time.t
         assert tuner.running is not None
-        step = step_seconds(tuner.running)
-        time.t += STARTUP if starting else step - TRAIN  # the wait for the batch...
+        pace = old if lead and old is not None else tuner.running
+        asked = time.t
+        time.t += STARTUP if starting else step_seconds(pace) - TRAIN  # the wait...
+        lead = max(0, lead - 1)
         tuner.fetched(asked, 4)
         time.t += TRAIN  # ...and the training step on it
 
@@ -237,38 +249,13 @@ def test_a_slow_first_load_jumps_before_the_loop_loads_again(
     assert "its first batch took 0.16 s to load, 80% of its step" in tuner._why
 
 
-def drive_handing_over(
-    tuner: Tuner, time: FakeTime, steps: int, step_seconds: Callable[[Settings], float]
-) -> None:
-    """As :func:`drive`, with switches that hand over: the old config's prefetched
-    batches (workers x 2) come first, at its pace, while the new workers start."""
-    old: Settings | None = None
-    lead = 0
-    for _ in range(steps):
-        wanted, running = tuner.wanted, tuner.running
-        if running is None or without_persistence(wanted) != without_persistence(running):
-            old = running
-            lead = 2 * running.num_workers if running is not None else 0
-            tuner.started(wanted, lead=lead)
-            starting = lead == 0 and wanted.num_workers > 0
-        else:
-            starting = False
-        assert tuner.running is not None
-        pace = tuner.running if not lead or old is None else old
-        asked = time.t
-        time.t += STARTUP if starting else step_seconds(pace) - TRAIN
-        lead = max(0, lead - 1)
-        tuner.fetched(asked, 4)
-        time.t += TRAIN
-
-
 def test_a_handed_over_config_persists_once_an_epochs_start_shows_its_start_up(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, LOG.name)
     time = FakeTime()
     tuner = make(time)
-    drive_handing_over(tuner, time, 200, fastest_at_two)
+    drive(tuner, time, 200, fastest_at_two, hand_over=True)
     assert tuner.climb is None
     # Two workers were reached from none (a cold start: 0.5 s seen whole), so they
     # persist at once, as in a climb without hand-overs.
@@ -290,8 +277,8 @@ def test_persistence_waits_for_a_cold_start_when_the_choice_was_handed_over(
     tuner = make(time)
     four = Settings(batch_size=4, num_workers=4, prefetch_factor=2)
     # Four workers are the fastest; the climb reaches them from two by a hand-over.
-    drive_handing_over(tuner, time, 300, lambda s: 0.02 + fastest_at_two(s) * (
-        0.5 if s.num_workers >= 4 else 1.0))  # fmt: skip
+    drive(tuner, time, 300, lambda s: 0.02 + fastest_at_two(s) * (
+        0.5 if s.num_workers >= 4 else 1.0), hand_over=True)  # fmt: skip
     assert tuner.climb is None
     assert without_persistence(tuner.wanted) == four
     assert not tuner.wanted.persistent_workers  # its start-up unknown yet
