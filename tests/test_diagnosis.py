@@ -749,6 +749,16 @@ def test_loader_alone_figures_under_one_sample_per_second_count() -> None:
     assert said(best, "(with 0 workers on 2 CPUs), it delivers 0.8 samples/s")
 
 
+def test_a_copy_of_exactly_five_percent_gets_no_line() -> None:
+    # One window, so the share is 0.05 exactly (three windows' sum would round above it).
+    window = Window(index=0, seconds=1.0, samples=1000, fresh=1000, steps=31,
+                    wait_seconds=0.02, copy_seconds=0.05)  # fmt: skip
+    measured = Measurement(settings=NO_WORKERS, figures=Figures(windows=(window,), startup_s=0.1))
+    assert measured.figures.copy_fraction == 0.05
+    diagnosis = diagnose_config("best", measured, device="cuda:0")
+    assert copy_lines(diagnosis) == []
+
+
 @pytest.mark.parametrize(
     ("share", "shown"), [(0.045, False), (0.049, False), (0.055, True), (0.2, True)]
 )
