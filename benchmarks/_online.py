@@ -14,8 +14,8 @@ For each workload:
    default's.
 
 An epoch is the workload's dataset cut or repeated to a set length
-(:data:`EPOCH_ITEMS`): 512 steps, about 30 s with the default loader on 2 cores
-(io-bound: 190 s).
+(:data:`EPOCH_ITEMS`): 512 steps, 20-36 s with the default loader on 2 cores
+(io-bound: 174 s).
 """
 
 from __future__ import annotations
@@ -50,11 +50,11 @@ EPOCH_ITEMS: dict[str, int] = {
     # without workers before it knows it waits (0.3 s each) outweigh 5% of the epoch:
     # an online tuner needs an epoch long enough to pay back what it measures.
     "io-bound": 16384,
-    # Its 1,024 files 16 times: about 29 s at the default loader's 570 samples/s.
+    # Its 1,024 files 16 times: 22.9 s with the default loader (2026-11-23 run).
     "cpu-decode": 16384,
-    # Its 16,384 rows: about 31 s at the default loader's 530 samples/s.
+    # Its 16,384 rows: 35.8 s with the default loader.
     "hdf5-chunked": 16384,
-    # Its 2,048 texts 4 times at batch 16: about 30 s at 270 samples/s.
+    # Its 2,048 texts 4 times at batch 16: 19-21 s with the default loader.
     "hf-style-text": 8192,
 }
 """Items per epoch; a workload not named here is timed over its dataset as it is."""
