@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -60,9 +61,20 @@ class Objective:
         with self._slot() as slot:
             if slot is not None:
                 request = slot.apply(request)
+            held = time.time()
             result = run_probe(request, on_window=on_window)
+            held_until = time.time()
         if slot is not None:
-            trial.set_user_attr(PLACEMENT, {**slot.to_dict(), "cpus_seen": result.info.get("cpus")})
+            trial.set_user_attr(
+                PLACEMENT,
+                {
+                    **slot.to_dict(),
+                    "cpus_seen": result.info.get("cpus"),
+                    # When the trial held its slot (epoch seconds): the trial's own
+                    # start and end also span waiting for a slot and being told.
+                    "held": [held, held_until],
+                },
+            )
         if self.interrupted.is_set() and result.failure is None:
             interrupted = Failure(kind="interrupted", message="interrupted (Ctrl-C)")
             return dataclasses.replace(result, failure=interrupted, stopped=False)

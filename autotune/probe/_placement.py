@@ -23,7 +23,8 @@ from autotune.probe._protocol import DdpSpec, RankPlace
 
 _VISIBLE = "CUDA_VISIBLE_DEVICES"
 PLACEMENT = "autotune.placement"
-"""Trial attribute: the slot a trial ran in, and the CPUs its probe saw (``cpus_seen``)."""
+"""Trial attribute: the slot a trial ran in, the CPUs its probe saw (``cpus_seen``), and
+when it held the slot (``held``: epoch seconds, from and until)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
