@@ -58,6 +58,8 @@ class StepClock:
         self._startup_samples = 0
         self._looked = False
         self._lead = 0
+        self._cold = True
+        """Whether the running iterator started cold (not handed over to)."""
         self._handed: float | None = None
         """When the last batch was handed over, whichever iterator it came from."""
 
@@ -75,6 +77,7 @@ class StepClock:
         self._looked = False
         self._warmup_steps = prefetched
         self._lead = lead
+        self._cold = lead == 0
         self._clear()
 
     def _clear(self) -> None:
@@ -85,6 +88,12 @@ class StepClock:
     def starting(self) -> bool:
         """Whether the next batch is the start-up of a new iterator."""
         return self._last is None and not self._lead
+
+    @property
+    def starting_cold(self) -> bool:
+        """Whether the next batch is the start-up of an iterator started cold: its
+        start-up then shows whole (a hand-over hides it behind the old one's batches)."""
+        return self.starting and self._cold
 
     @property
     def leading(self) -> bool:

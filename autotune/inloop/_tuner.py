@@ -84,8 +84,6 @@ class Tuner:
         self.result: SearchResult | None = None
         """The SearchResult last recorded, when recording."""
         self._why = "climb start"
-        self._cold = True
-        """Whether the running iterator started cold (not handed over to)."""
         self._settled_rate: float | None = None
         """The settled config's measured samples/s, once settled."""
         self._steps = 0
@@ -109,7 +107,6 @@ class Tuner:
                 self._why,
             )
         self.running = settings
-        self._cold = lead == 0
         self.clock.restart(_prefetched(settings), lead=lead)
 
     def fetched(self, asked: float, samples: int, cpu_seconds: float | None = None) -> None:
@@ -120,7 +117,7 @@ class Tuner:
             samples: the samples in the batch.
             cpu_seconds: the CPU time the loop's thread spent in ``next()`` for it.
         """
-        first = self.clock.starting and self._cold
+        first = self.clock.starting_cold
         lead = self.clock.leading
         waited = self.clock.now() - asked
         seconds, window = self.clock.fetched(asked, samples)
@@ -134,7 +131,7 @@ class Tuner:
         if self.climb is not None:
             # The old config's batches handed over after a switch are not the new one's
             # measuring: they cost the climb nothing.
-            self._climbing(0.0 if lead else seconds, window, spend=not lead)
+            self._climbing(seconds, window, spend=not lead)
         elif window is not None and window.index != WARM_UP:
             self._watching(window)
 
@@ -235,15 +232,14 @@ class Tuner:
         them from the next epoch on when starting them costs enough. The climb reaches
         most configs by a hand-over, which hides their start-up; an epoch's start shows
         it whole."""
-        running, batches = self.running, self.epoch_batches
-        rate = self._settled_rate
+        running = self.running
         if running is None or running.num_workers == 0 or running.persistent_workers:
             return
         # Under DDP the ranks agree on their settings when they settle, not alone after.
-        if running != self.wanted or batches is None or not rate or self.options.ranks:
+        if running != self.wanted or self.options.ranks:
             return
-        epoch_seconds = batches * running.batch_size / rate
-        if wants_persistent(startup, epoch_seconds):
+        epoch_seconds = self._epoch_seconds(running, self._settled_rate)
+        if epoch_seconds is not None and wants_persistent(startup, epoch_seconds):
             self.wanted = dataclasses.replace(running, persistent_workers=True)
             self.log.info(
                 "online: persistent workers from the next epoch: starting %d took %.2f s, "
@@ -257,13 +253,17 @@ class Tuner:
         if settings.num_workers == 0:
             return settings
         rates = self._rates(settings)
-        epoch_seconds = None
-        if rates and self.epoch_batches is not None:
-            epoch_seconds = self.epoch_batches * settings.batch_size / statistics.median(rates)
+        epoch_seconds = self._epoch_seconds(settings, statistics.median(rates) if rates else None)
         startup = self.startups.get(settings.key())
         return dataclasses.replace(
             settings, persistent_workers=wants_persistent(startup, epoch_seconds)
         )
+
+    def _epoch_seconds(self, settings: Settings, rate: float | None) -> float | None:
+        """An epoch's seconds at ``rate`` samples/s; None when either is unknown."""
+        if not rate or self.epoch_batches is None:
+            return None
+        return self.epoch_batches * settings.batch_size / rate
 
     def _rates(self, settings: Settings) -> list[float]:
         return self.climb.rates(without_persistence(settings)) if self.climb else []
