@@ -15,6 +15,7 @@ from functools import cache
 import pytest
 import workloads
 from conftest import CHILD_PYTHONPATH
+from fake_clock import FakeTime
 from faults import Case, drive, probe_request, study_trials
 
 import autotune
@@ -189,14 +190,6 @@ def test_shared_memory_too_small_for_the_batches(workdir) -> None:
     assert "docker run --shm-size" in failure["message"]
 
 
-class _Ticks:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 def test_the_memory_watch_reads_proportional_sizes_only_when_due_or_over_the_limit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -215,7 +208,7 @@ def test_the_memory_watch_reads_proportional_sizes_only_when_due_or_over_the_lim
 
     monkeypatch.setattr(_runner, "_resident", resident)
     monkeypatch.setattr(_runner, "_memory_of", proportional)
-    clock = _Ticks()
+    clock = FakeTime()
     watch = _runner.TreeWatch(os.getpid(), limit=5_000, interval=3600, clock=clock)
     try:
         tree = len(watch._processes())  # this process and its children (pytest's own)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from fake_clock import FakeTime
 
 from autotune import Settings
 from autotune.inloop._budget import Budget
@@ -156,14 +157,6 @@ def test_workers_persist_when_restarting_them_costs_a_percent_of_an_epoch(
 
 
 # ----------------------------------------------------------------- the clock
-class FakeTime:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 def test_the_clock_times_whole_steps_and_skips_start_up_and_warm_up() -> None:
     time = FakeTime()
     clock = StepClock(window_seconds=0.0, min_steps=2, now=time)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from fake_clock import FakeTime
 
 from autotune import Settings
 from autotune.inloop._budget import Budget
@@ -23,14 +24,6 @@ STARTUP = 0.5
 """Seconds a config with workers takes to hand over its first batch."""
 TRAIN = 0.04
 """Seconds of each step the user's loop trains (the rest waits for the batch)."""
-
-
-class FakeTime:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def make(
