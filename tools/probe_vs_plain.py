@@ -7,6 +7,8 @@ config, round after round (the order rotating), by:
 - ``probe``: autotune's probe, as the agreement check runs it (a fork-server child);
 - ``probe-spawn``: the same probe started by ``spawn`` (a new interpreter);
 - ``probe-nowatch``: the probe with the search's memory watch replaced by a no-op;
+- ``probe-bare``: the probe's own process alone, its parent only reading its windows
+  (no memory watch, no device monitor, no polling);
 - ``plain``: the plain-loop checker (a new interpreter, no autotune code);
 - ``plain-forkserver``: the plain loop's code run in a child of the probes' fork server.
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import multiprocessing
 import os
 import statistics
@@ -34,9 +37,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autotune import Settings
-from autotune.probe import _runner
+from autotune.probe import ProbeRequest, WorkloadSource, _runner
+from autotune.probe._child import child_main
 from benchmarks import _checker
-from benchmarks._side_by_side import probe_rate
+from benchmarks._side_by_side import WINDOW_SECONDS, probe_rate
 
 
 class _NoWatch:
@@ -76,6 +80,30 @@ def _plain_in_forkserver(plan: _checker.Plan) -> float:
     return rate
 
 
+def _bare_probe(request: ProbeRequest) -> float:
+    """samples/s of a probe whose parent does nothing but read its events."""
+    context: Any = _runner.probe_context()
+    events, events_child = context.Pipe(duplex=False)
+    control_child, control = context.Pipe(duplex=False)
+    child = context.Process(target=child_main, args=(request, events_child, control_child))
+    child.start()
+    events_child.close()
+    control_child.close()
+    samples = seconds = 0.0
+    while True:
+        kind, payload = events.recv()
+        if kind == "window":
+            samples += payload.samples
+            seconds += payload.seconds
+        elif kind == "error":
+            raise RuntimeError(f"the bare probe failed: {payload.message}")
+        elif kind == "done":
+            break
+    control.close()
+    child.join()
+    return samples / seconds
+
+
 def variants(
     config: Path, settings: Settings, warmup: float, seconds: float
 ) -> dict[str, Callable[[], float]]:
@@ -98,8 +126,19 @@ def variants(
     plan = _checker.Plan(
         config=str(config), settings=settings.to_dict(), seconds=seconds, warmup=warmup
     )
+    bare = ProbeRequest(
+        source=WorkloadSource(config_path=str(config)),
+        settings=settings,
+        device="cpu",
+        window_seconds=WINDOW_SECONDS,
+        max_windows=max(1, math.ceil(seconds / WINDOW_SECONDS)),
+        warmup_seconds=warmup,
+        seed=0,
+        worker_start_method=multiprocessing.get_start_method(),
+    )
     return {
         "probe": probe(),
+        "probe-bare": lambda: _bare_probe(bare),
         "probe-spawn": probe(context=multiprocessing.get_context("spawn")),
         "probe-nowatch": probe(watch=_NoWatch),
         "plain": lambda: _checker.measure(
