@@ -37,16 +37,12 @@ class Pair:
     plain: list[float]
 
 
-def probe_rate(
+def probe_request(
     config: Path, settings: Settings, *, seconds: float, warmup: float, device: str, seed: int
-) -> float:
-    """samples/s of one probe of ``settings``: a warm-up, then windows of
-    :data:`WINDOW_SECONDS` adding up to ``seconds``.
-
-    Raises:
-        CheckerError: the probe failed.
-    """
-    request = ProbeRequest(
+) -> ProbeRequest:
+    """The probe of ``settings`` as a search's confirming round takes it: a warm-up, then
+    windows of :data:`WINDOW_SECONDS` adding up to ``seconds``."""
+    return ProbeRequest(
         source=WorkloadSource(config_path=str(config)),
         settings=settings,
         device=device,
@@ -54,6 +50,19 @@ def probe_rate(
         max_windows=max(1, math.ceil(seconds / WINDOW_SECONDS)),
         warmup_seconds=warmup,
         seed=seed,
+    )
+
+
+def probe_rate(
+    config: Path, settings: Settings, *, seconds: float, warmup: float, device: str, seed: int
+) -> float:
+    """samples/s of one probe of ``settings`` (:func:`probe_request`).
+
+    Raises:
+        CheckerError: the probe failed.
+    """
+    request = probe_request(
+        config, settings, seconds=seconds, warmup=warmup, device=device, seed=seed
     )
     result = run_probe(request)
     if result.failure is not None:

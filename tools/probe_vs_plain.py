@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import multiprocessing
 import os
 import statistics
@@ -37,10 +36,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autotune import Settings
-from autotune.probe import ProbeRequest, WorkloadSource, _runner
+from autotune.probe import Figures, ProbeRequest, Window, _runner
 from autotune.probe._child import child_main
 from benchmarks import _checker
-from benchmarks._side_by_side import WINDOW_SECONDS, probe_rate
+from benchmarks._side_by_side import probe_rate, probe_request
 
 
 class _NoWatch:
@@ -89,19 +88,18 @@ def _bare_probe(request: ProbeRequest) -> float:
     child.start()
     events_child.close()
     control_child.close()
-    samples = seconds = 0.0
+    windows: list[Window] = []
     while True:
         kind, payload = events.recv()
         if kind == "window":
-            samples += payload.samples
-            seconds += payload.seconds
+            windows.append(payload)
         elif kind == "error":
             raise RuntimeError(f"the bare probe failed: {payload.message}")
         elif kind == "done":
             break
     control.close()
     child.join()
-    return samples / seconds
+    return Figures(windows=tuple(windows)).samples_per_s
 
 
 def variants(
@@ -126,14 +124,10 @@ def variants(
     plan = _checker.Plan(
         config=str(config), settings=settings.to_dict(), seconds=seconds, warmup=warmup
     )
-    bare = ProbeRequest(
-        source=WorkloadSource(config_path=str(config)),
-        settings=settings,
-        device="cpu",
-        window_seconds=WINDOW_SECONDS,
-        max_windows=max(1, math.ceil(seconds / WINDOW_SECONDS)),
-        warmup_seconds=warmup,
-        seed=0,
+    # The probe's request as ``probe_rate`` makes it; ``run_probe`` would set the
+    # workers' start method, which the bare probe skips.
+    bare = dataclasses.replace(
+        probe_request(config, settings, seconds=seconds, warmup=warmup, device="cpu", seed=0),
         worker_start_method=multiprocessing.get_start_method(),
     )
     return {
