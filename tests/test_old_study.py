@@ -112,5 +112,8 @@ def test_show_piped_into_head_ends_quietly(old_study: Path) -> None:
         timeout=120,
     )
     assert done.stdout.startswith("study 'study_v0_1'")
-    assert done.stderr == ""
+    # Nothing but the warning a study from another machine's CPU gets (the fixture's
+    # study was made on an Intel machine; this one may be another): no broken pipe.
+    said = [line for line in done.stderr.splitlines() if "tuned on another machine" not in line]
+    assert said == []
     assert done.returncode in (0, 141)  # 141: the shell's code for a closed pipe
