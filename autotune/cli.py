@@ -67,7 +67,12 @@ def _parser() -> argparse.ArgumentParser:
         help="print the space, the knobs left out and why, the budget and an estimated "
         "time; run nothing",
     )
-    search.add_argument("--trials", type=int, help="exploration trials to run (default 24)")
+    search.add_argument(
+        "--trials",
+        type=int,
+        help="exploration trials that probe a config (default 24; a repeat of a "
+        "measured config is not run and does not count)",
+    )
     search.add_argument("--timeout", type=float, help="seconds after which no trial starts")
     search.add_argument(
         "--study", help="study name (saved as studies/NAME.db) or path to a .db file"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
+import itertools
 import re
 import time
 
@@ -11,7 +13,7 @@ import pytest
 from autotune import LineProgress, LiveProgress, Settings
 from autotune._format import format_duration
 from autotune.probe import Figures, Window
-from autotune.progress._progress import Tracker, make_progress
+from autotune.progress._progress import Tracker, make_progress, outcome
 from autotune.study._study import TrialRecord
 
 SETTINGS = Settings(batch_size=8, num_workers=2, prefetch_factor=2, persistent_workers=True)
@@ -59,11 +61,16 @@ def test_a_real_search_in_a_log_is_one_line_per_trial_and_stage(small_study) -> 
     assert all(counts), trials
     done = [int(c.group(1)) for c in counts]
     planned = [int(c.group(2)) for c in counts]
-    assert done[:6] == [1, 2, 3, 4, 5, 6] and set(planned[:6]) == {6}
+    # The budget counts probed trials: a repeat of a measured config leaves the count.
+    repeat = ["(same as #" in line for line in trials]
+    explored = done.index(6) + 1
+    assert done[:explored] == list(itertools.accumulate(int(not r) for r in repeat[:explored]))
+    assert set(planned[:explored]) == {6}
     # then the finalists and the default loader, counted against their own plan
-    confirming = len(trials) - 6
+    confirming = len(trials) - explored
     assert confirming >= 2
-    assert done[6:] == list(range(1, confirming + 1)) and set(planned[6:]) == {confirming}
+    assert done[explored:] == list(range(1, confirming + 1))
+    assert set(planned[explored:]) == {confirming}
     assert all(c.group(3) for c in counts)  # a time left once a trial has been timed
     assert sum("ceiling of" in line for line in lines) >= 4
 
@@ -164,3 +171,20 @@ def test_the_clock_stops_by_itself_when_nothing_happens() -> None:
     assert live._ticker is not ticker and live._ticker.is_alive()
     live.close()
     assert not ticker.is_alive() and live._ticker is None
+
+
+def test_a_repeat_says_which_trial_it_repeats_and_spends_no_budget() -> None:
+    clock = FakeClock()
+    tracker = Tracker(clock)
+    tracker.phase("explore")
+    tracker.plan(4, None, later=0)
+    tracker.trial_started(0, "explore", SETTINGS)
+    clock.now += 2.0
+    tracker.trial_finished(record(0, 100.0, "PRUNED"), None)
+    for state in ("COMPLETE", "PRUNED"):
+        repeat = dataclasses.replace(record(1, 100.0, state), duplicate_of=0)
+        assert outcome(repeat).endswith(" (same as #0)")
+        tracker.trial_started(1, "explore", SETTINGS)
+        tracker.trial_finished(repeat, None)
+    assert tracker.count() == "1/4, ~0:06 left"  # 3 more probes at the one's 2 s
+    assert outcome(record(2, 100.0)) == "100 samples/s"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -16,11 +17,13 @@ from autotune.explore._backend import ExplorePlan
 from autotune.explore._bounds import Bounds, compute_key
 from autotune.explore._early_stop import (
     MAX_REPEATS,
+    budget_left,
     ceiling_message,
     exhausted,
     near_the_ceiling,
     probed_count,
 )
+from autotune.explore._embedded import EmbeddedBackend
 from autotune.explore._fatal import (
     FATAL_REPEATS,
     FailureWatch,
@@ -28,6 +31,7 @@ from autotune.explore._fatal import (
     failure_signature,
     fatal_failure,
 )
+from autotune.explore._objective import Objective
 from autotune.explore._outcome import (
     Outcome,
     TrialFailed,
@@ -40,7 +44,6 @@ from autotune.explore._repeats import (
     UnmeasuredProposer,
     earlier_trial,
     measured_keys,
-    nothing_new,
     repeat_outcome,
     reuse,
     within_reach,
@@ -347,8 +350,50 @@ def test_a_trial_that_measured_nothing_new_is_a_repeat_a_bound_or_infeasible() -
         add_trial(study, config(8), value=1.0),
         add_trial(study, config(8), state=TrialState.FAIL, failure=OOM),
     ]
-    assert all(nothing_new(TrialRecord.from_trial(t)) for t in nothing)
-    assert not any(nothing_new(TrialRecord.from_trial(t)) for t in something)
+    assert not any(TrialRecord.from_trial(t).probed for t in nothing)
+    assert all(TrialRecord.from_trial(t).probed for t in something)
+
+
+def test_the_budget_counts_probed_trials_and_caps_free_proposals_at_itself() -> None:
+    assert budget_left(3, probed=0, proposed=0) == 3
+    assert budget_left(3, probed=2, proposed=2) == 1
+    assert budget_left(3, probed=2, proposed=5) == 1  # three repeats: still one to probe
+    assert budget_left(3, probed=2, proposed=6) == 0  # as many free proposals as the budget
+    assert budget_left(3, probed=3, proposed=3) == 0
+    assert budget_left(3, probed=4, proposed=4) == 0  # never negative
+
+
+def test_only_explored_trials_that_probe_spend_the_budget() -> None:
+    rules = TrialRules(explore_plan(optuna.create_study()), exploring=True, backend="optuna")
+    run_trial(rules, config(16), ran(200))
+    assert (rules.proposed, rules.probed, rules.budget_left(3)) == (1, 1, 2)
+    run_trial(rules, config(16), not_probed)  # a repeat
+    assert (rules.proposed, rules.probed, rules.budget_left(3)) == (2, 1, 2)
+    run_trial(rules, config(8), ran(100), role="confirm")  # a given config: not exploring
+    assert (rules.proposed, rules.probed, rules.budget_left(3)) == (2, 1, 2)
+    run_trial(rules, config(8), ran(100))
+    assert (rules.proposed, rules.probed, rules.budget_left(3)) == (3, 2, 1)
+
+
+def test_embedded_exploration_probes_its_whole_budget_despite_repeats(monkeypatch) -> None:
+    study = optuna.create_study(direction="maximize")
+    plan = dataclasses.replace(
+        explore_plan(study),
+        warm_starts=(config(16), config(16), config(16)),
+        options=SearchOptions(seed=0, trials=3),
+    )
+    probed: list[Settings] = []
+
+    def probe(self: Objective, trial: optuna.Trial, settings: Settings, **_: Any) -> ProbeResult:
+        probed.append(settings)
+        return ran(settings.batch_size * 10)(settings)
+
+    monkeypatch.setattr(Objective, "_probe", probe)
+    EmbeddedBackend().explore(plan)
+    explored = [TrialRecord.from_trial(t) for t in study.trials]
+    assert [r.duplicate_of for r in explored[:3]] == [None, 0, 0]
+    assert len(probed) == 3 == sum(r.probed for r in explored)
+    assert len({s.key() for s in probed}) == 3
 
 
 def test_measured_configs_are_explored_ones_of_the_space_settled_for_good() -> None:

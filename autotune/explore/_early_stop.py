@@ -1,5 +1,12 @@
-"""When exploration ends before its budget is spent, because more trials would
-learn nothing:
+"""What exploration's budget counts, and when exploration ends before it is spent.
+
+The budget (``--trials``) counts the trials that ran a probe. A repeat of a config
+already measured, or a config ruled out without running, spends none of it: a
+sampler that re-proposes what it has measured would otherwise end a search
+having measured fewer configs than the user paid for. Such free proposals are
+capped at the budget itself (:func:`budget_left`).
+
+Exploration ends early, because more trials would learn nothing, when:
 
 - every config of the space has been measured;
 - the sampler proposed :data:`MAX_REPEATS` configs in a row that were already
@@ -24,6 +31,18 @@ from autotune.study._study import BOUNDED, DUPLICATE_OF, ROLE
 
 MAX_REPEATS = 10
 """Proposals in a row of configs already measured, after which exploration stops."""
+
+
+def budget_left(trials: int, probed: int, proposed: int) -> int:
+    """How many more trials exploration may propose.
+
+    Args:
+        trials: the budget: trials that run a probe.
+        probed: proposals so far that ran (or are running) a probe.
+        proposed: proposals so far, repeats and ruled-out configs included; at most
+            ``2 * trials`` in all, so that free proposals number at most ``trials``.
+    """
+    return max(0, min(trials - probed, 2 * trials - proposed))
 
 
 def exhausted(repeats: int, measured: int, size: int) -> str | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+import time
 import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -62,17 +63,30 @@ class EmbeddedBackend:
         return Objective(plan, exploring=exploring)
 
     def explore(self, plan: ExplorePlan) -> None:
+        """Propose trials until ``plan.options.trials`` of them have run a probe (repeats
+        and configs ruled out spend none of the budget), the timeout passes, or the rules
+        end exploration. Each round asks Optuna for no more trials than the budget left,
+        so parallel slots never overshoot it."""
         objective = self._prepare(plan, exploring=True)
         enqueue_warm_starts(plan)
+        deadline = None if plan.options.timeout is None else time.monotonic() + plan.options.timeout
         with quiet_optuna(), _interrupts(objective):
-            plan.study.optimize(
-                objective,
-                n_trials=plan.options.trials,
-                timeout=plan.options.timeout,
-                n_jobs=max(1, len(plan.slots)),
-                catch=(TrialFailed,),
-                callbacks=[objective.after],
-            )
+            while not objective.stopped:
+                left = objective.rules.budget_left(plan.options.trials)
+                timeout = None if deadline is None else deadline - time.monotonic()
+                before = objective.rules.proposed
+                if left <= 0 or (timeout is not None and timeout <= 0):
+                    return
+                plan.study.optimize(
+                    objective,
+                    n_trials=left,
+                    timeout=timeout,
+                    n_jobs=max(1, len(plan.slots)),
+                    catch=(TrialFailed,),
+                    callbacks=[objective.after],
+                )
+                if objective.rules.proposed == before:
+                    return  # Optuna stopped on its own: nothing was proposed
 
     def measure(self, plan: ExplorePlan, settings: list[Settings], roles: list[str]) -> str:
         objective = self._prepare(plan, exploring=False)

@@ -32,6 +32,8 @@ class Objective:
         self.pool = SlotPool(plan.slots) if plan.slots else None
         self.interrupted = threading.Event()
         """Set on Ctrl-C while trials run in threads: they stop at their next window."""
+        self.stopped = False
+        """Set when the rules end exploration: a fatal failure, or nothing new to learn."""
 
     def __call__(self, trial: optuna.Trial) -> float:
         try:
@@ -91,6 +93,7 @@ class Objective:
     def after(self, study: optuna.Study, frozen: FrozenTrial) -> None:
         """Optuna callback: show the trial, and stop on a failure every config shares."""
         if self.rules.after(study, frozen):
+            self.stopped = True
             study.stop()
 
 

@@ -111,7 +111,11 @@ class TrialBook:
     def exhausted(self) -> bool:
         """Whether no more trials may be proposed in this run."""
         late = self.deadline is not None and time.monotonic() > self.deadline
-        return self.stopping or self.asked >= self.count or late
+        if self.rules.exploring:  # repeats and configs ruled out spend no budget
+            spent = self.rules.budget_left(self.count) <= 0
+        else:
+            spent = self.asked >= self.count
+        return self.stopping or spent or late
 
     def propose(self, trial: Any) -> dict[str, Any]:
         """OptunaSearch's define-by-run space: the config of one trial (``trial`` is

@@ -27,7 +27,6 @@ from autotune.study._study import (
     FIGURES,
     ROLE,
     SETTINGS,
-    TrialRecord,
 )
 
 PROPOSED_BY = "autotune.proposed_by"
@@ -91,17 +90,6 @@ def reuse(trial: optuna.Trial, earlier: FrozenTrial) -> Outcome:
     for step, value in sorted(earlier.intermediate_values.items()):
         trial.report(value, step)
     return repeat_outcome(earlier)
-
-
-def nothing_new(record: TrialRecord) -> bool:
-    """Whether a finished trial settled a config without measuring anything new: a
-    repeat, one ruled out by its compute ceiling, or one ruled out by an
-    out-of-memory."""
-    return (
-        record.duplicate_of is not None
-        or record.bounded is not None
-        or (record.failure is not None and record.failure.kind == "infeasible")
-    )
 
 
 def measured_keys(trials: Iterable[FrozenTrial], space: Space) -> set[str]:

@@ -27,14 +27,13 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.explore._backend import ExplorePlan
-from autotune.explore._early_stop import exhausted, near_the_ceiling
+from autotune.explore._early_stop import budget_left, exhausted, near_the_ceiling
 from autotune.explore._fatal import FailureWatch
 from autotune.explore._outcome import Outcome, probe_outcome, record_failure, record_interrupted
 from autotune.explore._repeats import (
     UnmeasuredProposer,
     earlier_trial,
     measured_keys,
-    nothing_new,
     reuse,
 )
 from autotune.explore._ruled_out import (
@@ -93,6 +92,10 @@ class TrialRules:
         self.backend = backend
         self.failures = FailureWatch()
         self.repeats = 0
+        self.proposed = 0
+        """Explored trials proposed so far by this search, repeats included."""
+        self.probed = 0
+        """Explored trials of this search that ran (or are running) a probe."""
         self.proposer = UnmeasuredProposer(
             plan.space, plan.bounds, plan.options.tolerance, plan.options.seed
         )
@@ -117,7 +120,22 @@ class TrialRules:
         return role, settings
 
     def settled(self, trial: optuna.Trial, settings: Settings, role: str) -> Outcome | None:
-        """The outcome of a trial that needs no probe (ruled out, or a repeat); None to probe."""
+        """The outcome of a trial that needs no probe (ruled out, or a repeat); None to probe.
+        An explored trial counts against the budget only when it is to be probed."""
+        outcome = self._settled(trial, settings, role)
+        if role == "explore":
+            with self._lock:
+                self.proposed += 1
+                self.probed += outcome is None
+        return outcome
+
+    def budget_left(self, trials: int) -> int:
+        """How many more explored trials may be proposed, of a budget of ``trials``
+        probed ones (see :func:`autotune.explore._early_stop.budget_left`)."""
+        with self._lock:
+            return budget_left(trials, self.probed, self.proposed)
+
+    def _settled(self, trial: optuna.Trial, settings: Settings, role: str) -> Outcome | None:
         blocked = self._blocked(settings)
         if blocked is not None:
             record_failure(trial, blocked)
@@ -177,7 +195,7 @@ class TrialRules:
         if fatal is not None:
             self.plan.fatal = fatal
             return True
-        known = nothing_new(record)
+        known = not record.probed
         self.repeats = self.repeats + 1 if known else 0
         measured = measured_keys(study.get_trials(deepcopy=False), self.plan.space)
         size = self.plan.space.size()

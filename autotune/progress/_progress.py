@@ -70,10 +70,16 @@ class QuietProgress:
 
 
 def outcome(record: TrialRecord) -> str:
-    """How a trial ended, in a few words."""
+    """How a trial ended, in a few words; a repeat says which trial it repeats."""
+    said = _ended(record)
+    if record.duplicate_of is not None:
+        said += f" (same as #{record.duplicate_of})"
+    return said
+
+
+def _ended(record: TrialRecord) -> str:
     if record.state == "COMPLETE":
-        suffix = f" (same as #{record.duplicate_of})" if record.duplicate_of is not None else ""
-        return f"{format_rate(record.value)} samples/s{suffix}"
+        return f"{format_rate(record.value)} samples/s"
     if record.bounded is not None:
         return record.bounded
     if record.state == "PRUNED":
@@ -110,7 +116,8 @@ class Tracker:
         self.later = 0
         self.done = 0
         self.durations: list[float] = []
-        """Trials of the current stage, pruned and repeated ones included."""
+        """Probed trials of the current stage, pruned ones included (not the repeats,
+        nor the configs ruled out without running: they spend none of the budget)."""
         self.full: list[float] = []
         """Trials measured to the end (complete, not repeats): what a later probe costs."""
         self.best: TrialRecord | None = None
@@ -141,15 +148,17 @@ class Tracker:
     def trial_finished(self, record: TrialRecord, best: TrialRecord | None) -> None:
         now = self.clock()
         running = self.running.pop(record.number, None)
-        took = now - running.started if running else record.duration_s
-        if took is not None:
-            self.durations.append(took)
-            if record.state == "COMPLETE" and record.duplicate_of is None:
-                self.full.append(took)
-        self.done += 1
         self.last_end = now
         if best is not None:
             self.best = best
+        if not record.probed:  # a repeat or a config ruled out: none of the budget spent
+            return
+        took = now - running.started if running else record.duration_s
+        if took is not None:
+            self.durations.append(took)
+            if record.state == "COMPLETE":
+                self.full.append(took)
+        self.done += 1
 
     def remaining(self) -> float | None:
         """Seconds left in the whole search, estimated from the trials so far."""

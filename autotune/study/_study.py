@@ -351,6 +351,13 @@ class TrialRecord:
         return Measurement(settings=self.settings, figures=self.figures)
 
     @property
+    def probed(self) -> bool:
+        """Whether the trial ran a probe: False for a repeat of a config already measured
+        and for one ruled out without running (by its compute ceiling, or infeasible)."""
+        infeasible = self.failure is not None and self.failure.kind == "infeasible"
+        return self.duplicate_of is None and self.bounded is None and not infeasible
+
+    @property
     def note(self) -> str:
         """Why a trial has no figures of its own, or how it failed; empty otherwise."""
         if self.failure is not None:
