@@ -24,3 +24,8 @@ def format_duration(seconds: float) -> str:
 def sentence(text: str) -> str:
     """``text`` as a sentence: its first letter upper case, a full stop at the end."""
     return f"{text[:1].upper()}{text[1:]}."
+
+
+def count(number: int, noun: str) -> str:
+    """ "1 worker", "0 workers", "8 workers": ``number`` and ``noun``, plural unless one."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"

@@ -146,7 +146,7 @@ def test_workers_taking_the_cpu_from_the_training() -> None:
     assert diagnosis.verdict == "compute-bound"
     (advice,) = diagnosis.advice
     assert "runs at 40% of its compute ceiling (2,500 samples/s)" in advice
-    assert "4 worker(s) take CPU time from the training on 4 CPUs" in advice
+    assert "4 workers take CPU time from the training on 4 CPUs" in advice
 
 
 def test_echo_multiplies_what_the_loader_alone_feeds() -> None:
@@ -426,7 +426,7 @@ def test_only_workers_take_the_cpu_from_the_training() -> None:
     diagnosis = diagnose_config("best", at(one, 1000), compute=figures(4000))
     assert diagnosis.advice == (
         "the training rarely waits yet runs at 25% of its compute ceiling (4,000 samples/s): "
-        "the loader's 1 worker(s) take CPU time from the training. Cheaper loading "
+        "the loader's 1 worker takes CPU time from the training. Cheaper loading "
         "(preprocessed or cached data, augmentation on the device) frees it.",
     )
 
@@ -559,6 +559,9 @@ def test_one_ceiling_measured_is_enough_to_judge_by() -> None:
         assert diagnosis.bound_by is None
         assert diagnosis.headline().endswith("; 95% of min(ceilings) = 4,000 samples/s")
     assert data.evidence == ("data ceiling (this loader alone, 4 workers): 4,000 samples/s",)
+    one = Settings(batch_size=32, num_workers=1, prefetch_factor=2)
+    single = diagnose_config("best", at(one, 3800), data=figures(4000))
+    assert single.evidence == ("data ceiling (this loader alone, 1 worker): 4,000 samples/s",)
 
 
 @pytest.mark.parametrize(
@@ -666,7 +669,7 @@ def test_more_workers_already_searched_reads_in_full() -> None:
     )
     assert diagnosis.advice[0] == (
         "the loader alone with 8 workers delivers 2,000 samples/s, 2.0x this loader's 1,000 "
-        "with 2, yet the search trained with up to 8 workers and 2 trained fastest: beside "
+        "with 2 workers, yet the search trained with up to 8 workers and 2 trained fastest: beside "
         "the training, more workers cost the CPU time they save."
     )
 

@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from autotune._format import format_rate
+from autotune._format import count, format_rate
 from autotune.probe import Figures, Measurement
 from autotune.result._result import SearchResult
 from autotune.settings._settings import Settings
@@ -86,7 +86,8 @@ class _Loader:
     limit: float | None
     limit_workers: int | None
     best: float | None
-    best_workers: int | None
+    best_workers: int
+    """The workers of ``best`` (0 when nothing was measured)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -207,19 +208,21 @@ def diagnose_config(
         )
     if data_rate:
         evidence.append(
-            f"data ceiling (this loader alone, {settings.num_workers} workers): "
+            f"data ceiling (this loader alone, {count(settings.num_workers, 'worker')}): "
             f"{format_rate(data_rate)} samples/s"
         )
     if limit_rate and limit_workers is not None and limit_workers != settings.num_workers:
         evidence.append(
-            f"the loader alone with {limit_workers} workers: {format_rate(limit_rate)} samples/s"
+            f"the loader alone with {count(limit_workers, 'worker')}: "
+            f"{format_rate(limit_rate)} samples/s"
         )
 
     alone = [(data_rate, settings.num_workers), (limit_rate, limit_workers)]
     if best_loader is not None:
         alone.append((_rate(best_loader.figures, echo), best_loader.settings.num_workers))
     best, best_workers = max(
-        ((rate, workers) for rate, workers in alone if rate), default=(None, None)
+        ((rate, workers) for rate, workers in alone if rate and workers is not None),
+        default=(None, 0),
     )
     loader = _Loader(
         data=data_rate,
@@ -268,10 +271,11 @@ def _advice(
             f"cannot make it faster;{amp} a larger batch, a faster device or a cheaper model can."
         )
     elif compute and rate < compute * CONTENTION and settings.num_workers > 0:
-        workers = settings.num_workers
+        workers = count(settings.num_workers, "worker")
+        takes = "takes" if settings.num_workers == 1 else "take"
         advice.append(
             f"the training rarely waits yet runs at {rate / compute:.0%} of its compute "
-            f"ceiling ({format_rate(compute)} samples/s): the loader's {workers} worker(s) take "
+            f"ceiling ({format_rate(compute)} samples/s): the loader's {workers} {takes} "
             f"CPU time from the training{f' on {cpus} CPUs' if cpus else ''}. Cheaper loading "
             "(preprocessed or cached data, augmentation on the device) frees it."
         )
@@ -365,9 +369,9 @@ def _more_workers(
     """The loader alone is faster with more workers: widen the search only where its best
     sat on the bound of what it searched, below the workers that measured faster."""
     text = (
-        f"the loader alone with {limit_workers} workers delivers {format_rate(limit)} "
+        f"the loader alone with {count(limit_workers, 'worker')} delivers {format_rate(limit)} "
         f"samples/s, {limit / data:.1f}x this loader's {format_rate(data)} with "
-        f"{settings.num_workers}"
+        f"{count(settings.num_workers, 'worker')}"
     )
     bound = searched.max_workers
     if bound is None or (settings.num_workers >= bound and limit_workers > bound):
@@ -376,8 +380,9 @@ def _more_workers(
             f'(space={{"num_workers": {{"low": 0, "high": {limit_workers}}}}}).'
         )
     return (
-        f"{text}, yet the search trained with up to {bound} workers and {settings.num_workers} "
-        "trained fastest: beside the training, more workers cost the CPU time they save."
+        f"{text}, yet the search trained with up to {count(bound, 'worker')} and "
+        f"{settings.num_workers} trained fastest: beside the training, more workers cost "
+        "the CPU time they save."
     )
 
 
@@ -395,7 +400,8 @@ def _loading_bound(
         echo = 'echo batches (space={"echo": [1, 2, 4]}; it changes what is learned)'
     return (
         "loading (read, decode, augment) is the bottleneck whatever the loader's settings: "
-        f"alone, at its best measured (with {loader.best_workers} workers{on_cpus}), it "
+        f"alone, at its best measured (with {count(loader.best_workers, 'worker')}{on_cpus}), "
+        "it "
         f"delivers {format_rate(loader.best or 0)} samples/s while the model could train "
         f"{format_rate(compute)}. Only changes outside the loader close that gap: preprocess "
         "offline, cache decoded data, ship smaller samples (uint8, normalised on the device), "
