@@ -3,10 +3,11 @@ delivers with no model, for the winner and for the default DataLoader.
 
     compute ceiling   the model on batches already in memory (probe mode "compute")
     data ceiling      the loader alone, batches fetched and dropped (probe mode "data")
-    loader limit      the winner's loader alone with as many workers as the default
-                      space tries (4 per CPU, at most 32): about the most any worker
-                      count gets out of this dataset on this machine, whether loading
-                      waits on the CPU or on storage
+    loader limit      the winner's loader alone with as many workers as the space tried
+                      (by default 4 per CPU, at most 32, or more where the worker sweep
+                      widened it): about the most any worker count gets out of this
+                      dataset on this machine, whether loading waits on the CPU or on
+                      storage
 
 The diagnosis compares each config's throughput with them. A probe measuring the
 same thing as an earlier one (the default loader's batch size and threads are
@@ -23,7 +24,6 @@ from autotune.explore._bounds import compute_key
 from autotune.probe import Figures, Measurement, Mode, ProbeRequest, run_probe
 from autotune.progress._progress import Progress
 from autotune.settings._settings import Settings
-from autotune.space._space import default_max_workers
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -35,13 +35,13 @@ class Ceilings:
     baseline: dict[str, Figures]
     """"compute" and "data" of the default DataLoader."""
     loader_limit: Measurement | None
-    """The winner's loader alone with the most workers the default space tries."""
+    """The winner's loader alone with the most workers the space tried."""
 
 
-def limit_settings(settings: Settings, cpus: int) -> Settings:
-    """The loader of ``settings`` with the most workers the default space tries (or its
-    own, if it has more)."""
-    workers = max(settings.num_workers, default_max_workers(cpus))
+def limit_settings(settings: Settings, most_workers: int) -> Settings:
+    """The loader of ``settings`` with ``most_workers`` workers (or its own, if it has
+    more)."""
+    workers = max(settings.num_workers, most_workers)
     if workers == settings.num_workers:
         return settings
     return dataclasses.replace(
@@ -63,7 +63,7 @@ def measure_ceilings(
     template: ProbeRequest,
     winner: Settings,
     baseline: Settings,
-    cpus: int,
+    most_workers: int,
     progress: Progress,
     known_compute: Mapping[str, Figures] | None = None,
     default_threads: int | None = None,
@@ -72,7 +72,7 @@ def measure_ceilings(
     already measured (by the bounds stage, keyed by :func:`compute_key`) are reused.
     ``default_threads`` is the torch threads a probe without a thread setting runs (as
     the preflight found): such a config's compute ceiling is the one with that many."""
-    limit = limit_settings(winner, cpus)
+    limit = limit_settings(winner, most_workers)
     known = known_compute or {}
 
     def model_of(settings: Settings) -> Settings:

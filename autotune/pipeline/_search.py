@@ -20,6 +20,7 @@ from autotune.decide._confirm import confirm, explored_candidates
 from autotune.decide._ddp import planned_probes, run_ddp_stage
 from autotune.explore import Backend, ExplorePlan, get_backend
 from autotune.explore._bounds import measure_bounds
+from autotune.explore._worker_range import WorkerRange, measure_worker_range, sweepable
 from autotune.machine._machine import Machine
 from autotune.pipeline._setup import inputs, prepare
 from autotune.probe import Failure, ProbeRequest, WorkloadSource, run_probe
@@ -28,7 +29,7 @@ from autotune.progress._progress import Progress, QuietProgress
 from autotune.result._ddp import DdpResult
 from autotune.result._result import SearchResult
 from autotune.settings._settings import Settings
-from autotune.space._space import Space
+from autotune.space._space import Space, default_max_workers
 from autotune.study._fingerprint import check_same_workload, study_meta
 from autotune.study._study import (
     META,
@@ -166,6 +167,12 @@ def _run_stages(
     bounds, compute_figures = (
         measure_bounds(single, space, study, progress) if options.bounds else (None, {})
     )
+    worker_range: WorkerRange | None = None
+    if bounds is not None and sweepable(space, user_space, bounds):
+        space, worker_range = measure_worker_range(single, space, bounds, study, progress)
+    most_workers = max(
+        default_max_workers(placement.rank_cpus), worker_range.bound if worker_range else 0
+    )
     parallel = f"; {len(slots)} at a time, {placement.describe()}" if len(slots) > 1 else ""
     progress.phase(
         "explore",
@@ -188,6 +195,7 @@ def _run_stages(
             workload.batch_size,
             cpus=placement.rank_cpus,
             fastest_model=bounds.fastest_model() if bounds is not None else None,
+            wide_workers=worker_range.widened() if worker_range is not None else None,
         ),
         options=options,
         progress=progress,
@@ -238,7 +246,7 @@ def _run_stages(
             single,
             winner.settings,
             baseline,
-            placement.rank_cpus,
+            most_workers,
             progress,
             compute_figures,
             default_threads=info.get("torch_threads"),
@@ -293,11 +301,13 @@ def warm_starts(
     *,
     cpus: int | None = None,
     fastest_model: Settings | None = None,
+    wide_workers: int | None = None,
 ) -> tuple[Settings, ...]:
     """Configs tried first: the common rule of thumb (a worker per CPU of the rank's
-    share, ``cpus``, by default the machine's), and no workers; each with the batch size,
-    AMP and threads of the fastest compute ceiling (``fastest_model``) when the bounds
-    measured one, and with the user's own."""
+    share, ``cpus``, by default the machine's), no workers, and ``wide_workers`` when the
+    worker sweep widened the range to that many (so the search measures the region the
+    sweep opened); each with the batch size, AMP and threads of the fastest compute
+    ceiling (``fastest_model``) when the bounds measured one, and with the user's own."""
     threads = [t for t in space.threads.values() if isinstance(t, int)]
     rule_of_thumb = Settings(
         batch_size=batch_size,
@@ -311,6 +321,8 @@ def warm_starts(
         rule_of_thumb, num_workers=0, prefetch_factor=None, persistent_workers=False
     )
     starts = [rule_of_thumb, no_workers]
+    if wide_workers is not None:
+        starts.append(dataclasses.replace(rule_of_thumb, num_workers=wide_workers))
     if fastest_model is not None:
         fastest = [
             dataclasses.replace(
