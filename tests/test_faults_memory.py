@@ -228,3 +228,52 @@ def test_the_memory_watch_reads_proportional_sizes_only_when_due_or_over_the_lim
         assert watch.exceeded_at == 9_000 * tree and watch.peak == 9_000 * tree
     finally:
         watch.stop()
+
+
+def test_the_memory_watch_spaces_out_reads_that_cost_more_than_their_share(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each proportional read takes 50 ms of the clock per process (a tree of many workers
+    # takes that in all): the peak's reads are spaced out beyond PSS_SECONDS.
+    from autotune.probe import _runner
+
+    clock = FakeTime()
+    reads: list[float] = []
+    sizes = {"rss": 100, "pss": 60}
+
+    def proportional(process: object) -> int:
+        reads.append(clock.t)
+        clock.t += 0.05
+        return sizes["pss"]
+
+    monkeypatch.setattr(_runner, "_resident", lambda process: sizes["rss"])
+    monkeypatch.setattr(_runner, "_memory_of", proportional)
+    watch = _runner.TreeWatch(os.getpid(), limit=5_000, interval=3600, clock=clock)
+    try:
+        tree = len(watch._processes())
+        reads.clear()
+        watch.sample()
+        cost = 0.05 * tree
+        assert len(reads) == tree
+        spacing = cost / _runner.PEAK_SHARE
+        assert spacing > _runner.PSS_SECONDS
+        clock.t = spacing * 0.99  # not yet: the read would take more than its share
+        watch.sample()
+        assert len(reads) == tree
+        watch.sample(force=True)  # at a moment that is not measured: read whatever it costs
+        assert len(reads) == 2 * tree
+        clock.t = reads[-tree] + spacing
+        watch.sample()
+        assert len(reads) == 3 * tree
+        # Over the limit by the resident sum: read again after cost / LIMIT_SHARE, sooner.
+        sizes["rss"] = 10_000
+        last = reads[-tree]  # when the last read began
+        clock.t = last + cost / _runner.LIMIT_SHARE * 0.99
+        watch.sample()
+        assert len(reads) == 3 * tree
+        clock.t = last + cost / _runner.LIMIT_SHARE * 1.01
+        assert clock.t < last + spacing  # sooner than the peak's spacing
+        watch.sample()
+        assert len(reads) == 4 * tree
+    finally:
+        watch.stop()

@@ -51,7 +51,7 @@ class _NoWatch:
         self.exceeded_at: int | None = None
         self.pids: set[int] = set()
 
-    def sample(self) -> int:
+    def sample(self, *, force: bool = False) -> int:
         return 0
 
     def stop(self) -> None: ...
