@@ -66,7 +66,12 @@ class SetFigures:
     def explore(self, plan: ExplorePlan) -> None:
         raise NotImplementedError
 
-    def measure(self, plan: ExplorePlan, settings: list[Settings], roles: list[str]) -> str:
+    def measure(
+        self, plan: ExplorePlan, settings: list[Settings], roles: list[str], rounds: int
+    ) -> list[str]:
+        return [self.measure_round(plan, settings, roles) for _ in range(rounds)]
+
+    def measure_round(self, plan: ExplorePlan, settings: list[Settings], roles: list[str]) -> str:
         self.study = plan.study
         group, attrs = group_attrs(settings, roles)
         self.orders.append([s.key() for s in settings])

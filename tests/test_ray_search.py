@@ -23,7 +23,7 @@ from optuna.trial import TrialState
 import autotune
 from autotune import WorkloadError
 from autotune.cli import main
-from autotune.study._study import BACKEND, FIGURES, NODE, TrialRecord, records
+from autotune.study._study import BACKEND, FIGURES, GROUP, NODE, TrialRecord, records
 
 CONFIG = """
 from workloads import linear_model, sleepy_dataset
@@ -115,12 +115,28 @@ def test_a_ray_search_writes_the_study_the_embedded_one_would(
         assert ray_trial.user_attrs.keys() - {NODE} == embedded_trial.user_attrs.keys()
         assert embedded_trial.user_attrs[BACKEND] == "optuna"
 
-    # Resuming on Ray adds to the study.
-    args = ["search", config, "--backend", "ray", "--study", "studies/ray.db", "--resume"]
-    assert main([*args, "--trials", "3"]) == 0
+    # Resuming on Ray adds to the study; its confirming rounds run one after the other.
+    resume = ["--backend", "ray", "--study", "studies/ray.db", "--resume", "--trials", "3"]
+    assert main(["search", config, *resume, "--rounds", "2"]) == 0
     capsys.readouterr()
-    explored = [r for r in records(study("studies/ray.db")) if r.role == "explore"]
-    assert sum(r.probed for r in explored) == 11
+    assert sum(r.probed for r in records(study("studies/ray.db")) if r.role == "explore") == 11
+    assert_last_two_rounds(study("studies/ray.db").trials)
+
+
+def assert_last_two_rounds(trials: list[optuna.trial.FrozenTrial]) -> None:
+    """The last two confirming rounds among ``trials`` (by group, in the order their
+    trials were made): whole rounds, one after the other, the same configs in the same
+    order, each round ending with the default loader."""
+    groups = [t.user_attrs[GROUP] for t in trials if t.user_attrs["autotune.role"] != "explore"]
+    first, second = list(dict.fromkeys(groups))[-2:]
+    confirming = [t for t in trials if t.user_attrs.get(GROUP) in (first, second)]
+    roles = [t.user_attrs["autotune.role"] for t in confirming]
+    half = len(confirming) // 2
+    assert [t.user_attrs[GROUP] for t in confirming] == [first] * half + [second] * half
+    assert roles[:half] == roles[half:] and roles[-1] == "baseline"
+    settings = [t.user_attrs["autotune.settings"] for t in confirming]
+    assert settings[:half] == settings[half:]
+    assert all(t.state == TrialState.COMPLETE for t in confirming)
 
 
 def test_failures_on_ray_are_recorded_with_their_reason(local_ray, workdir) -> None:

@@ -91,7 +91,7 @@ def confirm(
         f"{options.rounds} interleaved round(s)",
     )
     progress.plan("confirm", len(order) * options.rounds, None, later=later)
-    groups = [runner.measure(plan, order, roles) for _ in range(options.rounds)]
+    groups = runner.measure(plan, order, roles, options.rounds)
     measured = _rounds_of(plan.study, groups, order)
     default, finalist_rounds = measured[-1], measured[:-1]
     noise = round_noise(measured)

@@ -52,9 +52,12 @@ class Backend(Protocol):
     def explore(self, plan: ExplorePlan) -> None:
         """Run up to ``plan.options.trials`` trials (or until ``timeout``) into the study."""
 
-    def measure(self, plan: ExplorePlan, settings: list[Settings], roles: list[str]) -> str:
-        """Measure each config fully (no pruning) as trials tagged with a new group id;
-        returns the group id."""
+    def measure(
+        self, plan: ExplorePlan, settings: list[Settings], roles: list[str], rounds: int
+    ) -> list[str]:
+        """Measure each config fully (no pruning), ``rounds`` times over, interleaved (every
+        config in order, then every config again); each round's trials are tagged with a
+        new group id. Returns the group ids, one per round, in order."""
 
     def close(self) -> None:
         """Release what the backend holds (a Ray session); called once, at the end."""

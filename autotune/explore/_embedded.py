@@ -88,7 +88,12 @@ class EmbeddedBackend:
                 if objective.rules.proposed == before:
                     return  # Optuna stopped on its own: nothing was proposed
 
-    def measure(self, plan: ExplorePlan, settings: list[Settings], roles: list[str]) -> str:
+    def measure(
+        self, plan: ExplorePlan, settings: list[Settings], roles: list[str], rounds: int
+    ) -> list[str]:
+        return [self._measure_round(plan, settings, roles) for _ in range(rounds)]
+
+    def _measure_round(self, plan: ExplorePlan, settings: list[Settings], roles: list[str]) -> str:
         objective = self._prepare(plan, exploring=False)
         group, attrs = group_attrs(settings, roles)
         jobs = max(1, min(len(plan.slots), len(settings)))

@@ -222,11 +222,19 @@ class RayBackend:
         enqueue_warm_starts(plan)
         self._run(plan, session, resources, exploring=True, count=plan.options.trials)
 
-    def measure(self, plan: ExplorePlan, settings: list[Settings], roles: list[str]) -> str:
+    def measure(
+        self, plan: ExplorePlan, settings: list[Settings], roles: list[str], rounds: int
+    ) -> list[str]:
         session, resources = self._start(plan)
-        group, attrs = group_attrs(settings, roles)
-        self._run(plan, session, resources, exploring=False, count=len(settings), fixed=attrs)
-        return group
+        # Every round in one Tune run: each run starts its Ray workers and their probe fork
+        # servers anew (about 10 s on 2 CPUs), which a run per round would pay each time.
+        groups, attrs = [], []
+        for _ in range(rounds):
+            group, round_attrs = group_attrs(settings, roles)
+            groups.append(group)
+            attrs.extend(round_attrs)
+        self._run(plan, session, resources, exploring=False, count=len(attrs), fixed=attrs)
+        return groups
 
     def close(self) -> None:
         if self._session is not None:

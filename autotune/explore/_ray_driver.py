@@ -86,7 +86,7 @@ class TrialBook:
         self.plan = plan
         self.fixed = list(fixed or [])
         """The attributes of the trials to run, in order, when this run measures given
-        configs (a confirming round) rather than asking the sampler."""
+        configs (the confirming rounds) rather than asking the sampler."""
         self.rules = TrialRules(plan, exploring=exploring, backend="ray")
         self.rungs = StudyRungs(plan.options.min_windows, plan.options.reduction_factor)
         self.count = count
