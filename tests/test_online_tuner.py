@@ -11,9 +11,11 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+import optuna
 import pytest
 from fake_clock import FakeTime
 
+import autotune
 from autotune import Settings
 from autotune.inloop._budget import Budget
 from autotune.inloop._climb import ClimbOptions, without_persistence
@@ -263,11 +265,12 @@ def test_a_handed_over_config_persists_once_an_epochs_start_shows_its_start_up(
 
 
 def test_persistence_waits_for_a_cold_start_when_the_choice_was_handed_over(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, tmp_path: Path
 ) -> None:
     caplog.set_level(logging.INFO, LOG.name)
     time = FakeTime()
-    tuner = make(time)
+    study = tmp_path / "online.db"
+    tuner = make(time, record=study)
     four = Settings(batch_size=4, num_workers=4, prefetch_factor=2)
     # Four workers are the fastest; the climb reaches them from two by a hand-over.
     drive(tuner, time, 300, lambda s: 0.02 + fastest_at_two(s) * (
@@ -276,6 +279,8 @@ def test_persistence_waits_for_a_cold_start_when_the_choice_was_handed_over(
     assert without_persistence(tuner.wanted) == four
     assert not tuner.wanted.persistent_workers  # its start-up unknown yet
     assert "persistent workers from the next epoch" not in caplog.text
+    assert autotune.load(study, check_machine=False).settings == tuner.wanted
+    trials = len(optuna.load_study(study_name=None, storage=f"sqlite:///{study}").trials)
     # The next epoch starts its workers cold: 0.5 s, over 1% of an epoch (1000 steps
     # at the settled pace): persistent from the epoch after.
     tuner.epoch_ended(1000)
@@ -285,3 +290,8 @@ def test_persistence_waits_for_a_cold_start_when_the_choice_was_handed_over(
     tuner.fetched(asked, 4)
     assert tuner.wanted == dataclasses.replace(four, persistent_workers=True)
     assert "persistent workers from the next epoch: starting 4 took 0.50 s" in caplog.text
+    # The record follows: what the loader goes on with, and no trial twice.
+    assert autotune.load(study, check_machine=False).settings == tuner.wanted
+    assert tuner.result is not None and tuner.result.settings == tuner.wanted
+    again = optuna.load_study(study_name=None, storage=f"sqlite:///{study}")
+    assert len(again.trials) == trials

@@ -84,8 +84,12 @@ def check_recordable(target: str | Path) -> Path:
     return path
 
 
-def record_choice(path: Path, choice: Choice) -> SearchResult:
+def record_choice(path: Path, choice: Choice, *, trials: bool = True) -> SearchResult:
     """Add the climb's configs as trials of the study at ``path`` and save its choice.
+
+    Args:
+        trials: False to save the choice only, its climb's trials being in the study
+            already (the choice changed after it was recorded: persistent workers).
 
     Returns:
         The result saved, as ``autotune.load(path)`` reads it back.
@@ -95,7 +99,7 @@ def record_choice(path: Path, choice: Choice) -> SearchResult:
     if not read_meta(study):
         study.set_user_attr(META, _meta(choice))
     with quiet_optuna():
-        for measurement in choice.measured:
+        for measurement in choice.measured if trials else ():
             study.add_trial(_trial(measurement, measurement is choice.baseline))
     result = SearchResult(
         settings=choice.chosen.settings,

@@ -83,6 +83,8 @@ class Tuner:
         self.epoch_batches = options.epoch_batches
         self.result: SearchResult | None = None
         """The SearchResult last recorded, when recording."""
+        self._recorded: Choice | None = None
+        """The choice last recorded, to record again when its persistence changes."""
         self._why = "climb start"
         self._settled_rate: float | None = None
         """The settled config's measured samples/s, once settled."""
@@ -248,6 +250,7 @@ class Tuner:
                 startup,
                 100 * startup / epoch_seconds,
             )
+            self._record_persistence(self.wanted)
 
     def _persistence(self, settings: Settings) -> Settings:
         if settings.num_workers == 0:
@@ -322,10 +325,24 @@ class Tuner:
             tolerance=self.options.climb.tolerance,
             workload={"online": True, "epoch_batches": self.epoch_batches},
         )
+        self._save(path, record, trials=True)
+
+    def _record_persistence(self, choice: Settings) -> None:
+        """The recorded choice, now with persistent workers: what the loader goes on with
+        (the climb's trials are in the study already)."""
+        recorded, path = self._recorded, self.options.record
+        if recorded is None or path is None:
+            return
+        chosen = dataclasses.replace(recorded.chosen, settings=choice)
+        self._save(path, dataclasses.replace(recorded, chosen=chosen), trials=False)
+
+    def _save(self, path: Path, record: Choice, *, trials: bool) -> None:
         try:
-            self.result = record_choice(path, record)
+            self.result = record_choice(path, record, trials=trials)
         except AutotuneError as error:  # the training matters more than its record
             self.log.warning("online: could not record the choice in %s: %s", path, error)
+            return
+        self._recorded = record
 
 
 def _idle_reason(climb: Climb) -> str:
