@@ -91,27 +91,31 @@ class EmbeddedBackend:
     def measure(
         self, plan: ExplorePlan, settings: list[Settings], roles: list[str], rounds: int
     ) -> list[str]:
-        return [self._measure_round(plan, settings, roles) for _ in range(rounds)]
-
-    def _measure_round(self, plan: ExplorePlan, settings: list[Settings], roles: list[str]) -> str:
-        objective = self._prepare(plan, exploring=False)
-        group, attrs = group_attrs(settings, roles)
-        jobs = max(1, min(len(plan.slots), len(settings)))
-        with quiet_optuna(), _interrupts(objective):
-            if jobs == 1:
-                for trial_attrs in attrs:
-                    run_fixed(plan.study, objective, trial_attrs)
-            else:
-                pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="autotune-measure")
-                try:
-                    for _ in pool.map(lambda a: run_fixed(plan.study, objective, a), attrs):
-                        pass
-                finally:
-                    pool.shutdown(wait=True, cancel_futures=True)  # Ctrl-C: start no more
-        return group
+        objective = self._prepare(plan, exploring=False)  # once: its rules see every round
+        return [_measure_round(plan, objective, settings, roles) for _ in range(rounds)]
 
     def close(self) -> None:
         """Nothing to release: everything ran in this process."""
+
+
+def _measure_round(
+    plan: ExplorePlan, objective: Objective, settings: list[Settings], roles: list[str]
+) -> str:
+    """One round: every config once, as many at a time as there are slots."""
+    group, attrs = group_attrs(settings, roles)
+    jobs = max(1, min(len(plan.slots), len(settings)))
+    with quiet_optuna(), _interrupts(objective):
+        if jobs == 1:
+            for trial_attrs in attrs:
+                run_fixed(plan.study, objective, trial_attrs)
+        else:
+            pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="autotune-measure")
+            try:
+                for _ in pool.map(lambda a: run_fixed(plan.study, objective, a), attrs):
+                    pass
+            finally:
+                pool.shutdown(wait=True, cancel_futures=True)  # Ctrl-C: start no more
+    return group
 
 
 @contextlib.contextmanager
