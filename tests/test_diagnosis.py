@@ -804,3 +804,16 @@ def test_diagnose_passes_the_results_device() -> None:
     best, default = diagnose(result)
     for diagnosis in (best, default):
         assert any("pin_memory would overlap it" in a for a in diagnosis.advice)
+
+
+def test_a_config_without_a_loader_alone_figure_of_its_own_is_judged_by_the_best() -> None:
+    # Its own data ceiling was not measured (a pruned config's): the search's best loader
+    # alone still judges it, and the missing figure is not ranked against it.
+    diagnosis = diagnose_config(
+        "best",
+        at(FOUR_WORKERS, 3_000, wait=0.5),
+        compute=figures(24_000),
+        best_loader=at(NO_WORKERS, 5_000),
+    )
+    assert diagnosis.data_ceiling is None
+    assert said(diagnosis, "(with 0 workers), it delivers 5,000 samples/s")
