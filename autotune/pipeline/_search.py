@@ -303,15 +303,20 @@ def warm_starts(
     fastest_model: Settings | None = None,
     wide_workers: int | None = None,
 ) -> tuple[Settings, ...]:
-    """Configs tried first: the common rule of thumb (a worker per CPU of the rank's
-    share, ``cpus``, by default the machine's), no workers, and ``wide_workers`` when the
-    worker sweep widened the range to that many (so the search measures the region the
-    sweep opened); each with the batch size, AMP and threads of the fastest compute
-    ceiling (``fastest_model``) when the bounds measured one, and with the user's own."""
+    """Configs tried first, in this order: the common rule of thumb (a worker per CPU of
+    the rank's share, ``cpus``, by default the machine's, training on every thread);
+    ``wide_workers`` when the worker sweep widened the range to that many (so the search
+    measures the region the sweep opened); the CPUs split between training and loading
+    (the fewest training threads, a worker on each CPU they leave: workers and training
+    threads share the cores, which the rule of thumb oversubscribes); no workers. Each
+    comes with the batch size, AMP and threads of the fastest compute ceiling
+    (``fastest_model``) when the bounds measured one (the split keeps its threads), then
+    with the user's own."""
+    share = cpus or machine.cpus
     threads = [t for t in space.threads.values() if isinstance(t, int)]
     rule_of_thumb = Settings(
         batch_size=batch_size,
-        num_workers=cpus or machine.cpus,
+        num_workers=share,
         prefetch_factor=2,
         persistent_workers=True,
         pin_memory=machine.accelerator != "cpu",
@@ -320,16 +325,23 @@ def warm_starts(
     no_workers = dataclasses.replace(
         rule_of_thumb, num_workers=0, prefetch_factor=None, persistent_workers=False
     )
-    starts = [rule_of_thumb, no_workers]
+    starts = [rule_of_thumb]
     if wide_workers is not None:
         starts.append(dataclasses.replace(rule_of_thumb, num_workers=wide_workers))
+    split = None
+    if threads and share > min(threads):
+        split = dataclasses.replace(
+            rule_of_thumb, num_workers=share - min(threads), threads=min(threads)
+        )
+        starts.append(split)
+    starts.append(no_workers)
     if fastest_model is not None:
         fastest = [
             dataclasses.replace(
                 s,
                 batch_size=fastest_model.batch_size,
                 amp=fastest_model.amp,
-                threads=fastest_model.threads,
+                threads=s.threads if s is split else fastest_model.threads,
             )
             for s in starts
         ]
