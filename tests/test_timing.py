@@ -223,13 +223,57 @@ def test_a_slow_copy_and_a_slow_device_are_split_right(monkeypatch, clock) -> No
 
 
 def test_the_copy_timer_follows_the_device(monkeypatch) -> None:
-    monkeypatch.setattr(torch.cuda, "Event", lambda enable_timing: object())
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: "stream")
-    cuda = copy_timer(torch.device("cuda"))
-    assert isinstance(cuda, EventCopyTimer) and cuda.stream == "stream"
+    made = []
+    monkeypatch.setattr(torch.cuda, "Event", lambda enable_timing: made.append(enable_timing))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: f"stream of {device}")
+    cuda = copy_timer(torch.device("cuda", 1))
+    assert isinstance(cuda, EventCopyTimer) and cuda.stream == "stream of cuda:1"
+    cuda.new_event()
+    assert made == [True]  # events that can time
     monkeypatch.setattr(torch, "mps", FakeAccelerator())
     assert isinstance(copy_timer(torch.device("mps")), SyncedCopyTimer)
     assert type(copy_timer(torch.device("cpu"))) is HostCopyTimer
+
+
+class RecordedEvent:
+    """A CUDA event stand-in: where it was recorded, and a fixed time to the next."""
+
+    def __init__(self) -> None:
+        self.streams: list[object] = []
+
+    def record(self, stream: object = None) -> None:
+        self.streams.append(stream)
+
+    def elapsed_time(self, end: RecordedEvent) -> float:
+        return 1500.0  # milliseconds
+
+
+def test_events_are_recorded_on_the_devices_stream_and_read_in_seconds() -> None:
+    events: list[RecordedEvent] = []
+
+    def new_event() -> RecordedEvent:
+        events.append(RecordedEvent())
+        return events[-1]
+
+    timer = EventCopyTimer(new_event, stream="the stream")
+    seen = []
+    assert timer.copy(lambda batch: seen.append(batch) or "moved", "batch") == "moved"
+    assert seen == ["batch"]
+    assert [e.streams for e in events] == [["the stream"], ["the stream"]]
+    assert timer.take() == 1.5
+
+
+@pytest.mark.parametrize("timer", [HostCopyTimer(), SyncedCopyTimer(torch.device("cpu"))])
+def test_the_host_timers_copy_the_batch_they_are_given(timer: HostCopyTimer) -> None:
+    seen = []
+    assert timer.copy(lambda batch: seen.append(batch) or "moved", "batch") == "moved"
+    assert seen == ["batch"]
+
+
+def test_a_device_module_whose_synchronize_is_not_callable_is_not_synced(monkeypatch) -> None:
+    monkeypatch.setattr(torch, "hpu", types.SimpleNamespace(synchronize="a flag"), raising=False)
+    synchronize(torch.device("hpu"))  # no TypeError: nothing to call
+    assert type(copy_timer(torch.device("hpu"))) is HostCopyTimer
 
 
 def test_event_times_are_read_once_and_in_seconds() -> None:

@@ -56,6 +56,7 @@ PAIRS = {
     "choose": ("autotune/decide/_choose.py", "tests/test_choose.py"),
     "diagnosis": ("autotune/decide/_diagnosis.py", "tests/test_diagnosis.py"),
     "space": ("autotune/space/_space.py", "tests/test_space.py"),
+    "timing": ("autotune/probe/_timing.py", "tests/test_timing.py"),
 }
 
 KILLED = ("killed", "timeout")
