@@ -50,6 +50,8 @@ STARTUP_ALLOWANCE_S = 300.0
 torch, building the dataset (a workload's first run writes its files) and the model."""
 GROUP_EXIT_S = 5.0
 """How long the leftovers of a measurement get to exit after each signal."""
+DATALOADER_PREFETCH = 2
+"""torch.utils.data.DataLoader's prefetch_factor when workers load and none is given."""
 
 Say = Callable[[str], None]
 
@@ -379,6 +381,14 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def queued_batches(settings: Settings) -> int:
+    """How many batches a DataLoader's workers may have loaded ahead when the first one
+    arrives: ``prefetch_factor`` (torch's default 2) per worker, none without workers."""
+    if settings.num_workers == 0:
+        return 0
+    return settings.num_workers * (settings.prefetch_factor or DATALOADER_PREFETCH)
+
+
 def timed_loop(
     batches: Iterator[Any],
     train: Callable[[Any], None],
@@ -387,8 +397,20 @@ def timed_loop(
     device: torch.device,
     non_blocking: bool,
     default_n: int,
+    queued: int = 0,
+    cycle: int = 1,
 ) -> float:
     """Warm up, then time ``plan.steps`` steps (or ``plan.seconds``); returns samples/s.
+
+    The warm-up lasts ``plan.warmup`` seconds and at least ``queued`` steps after the
+    first batch: the batches the workers loaded while they all started are trained on
+    before the clock starts. Timed, that backlog reads as a loader faster than it is (16
+    workers of a CPU-bound loader on 2 CPUs hand over ~16 batches at once).
+
+    Timed by ``plan.seconds``, the timed part ends on a whole number of ``cycle`` steps
+    (the workers take batches in turn, ``num_workers`` to a turn): workers that share
+    few CPUs finish their batches together, so batches arrive in bursts a turn apart,
+    and a span that ends mid-turn reads one burst too many or too few.
 
     The timed part covers what a training loop does: wait for the batch, copy it to
     the device, train on it.
@@ -396,9 +418,11 @@ def timed_loop(
     clock = time.perf_counter
     batch = next(batches)  # start-up (workers starting, the first batch): not warm-up
     began = clock()
+    warm_steps = 0
     while True:
         train(to_device(batch, device, non_blocking))
-        if clock() - began >= plan.warmup:
+        warm_steps += 1
+        if clock() - began >= plan.warmup and warm_steps > queued:
             break
         batch = next(batches)
     synchronize(device)
@@ -411,7 +435,7 @@ def timed_loop(
         steps += 1
         if plan.steps is not None and steps >= plan.steps:
             break
-        if plan.steps is None and clock() - start >= plan.seconds:
+        if plan.steps is None and clock() - start >= plan.seconds and steps % cycle == 0:
             break
     synchronize(device)
     return samples / (clock() - start)
@@ -445,6 +469,8 @@ def run_plan(plan: Plan) -> float:
             device=device,
             non_blocking=settings.pin_memory and device.type == "cuda",
             default_n=settings.batch_size,
+            queued=queued_batches(settings) * settings.echo,  # echo trains each one echo times
+            cycle=max(settings.num_workers, 1) * settings.echo,
         )
     finally:
         # Workers stop when their iterator goes (the parent kills any that linger).

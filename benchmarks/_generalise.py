@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from autotune import Settings
 from benchmarks._agreement import Searched, run_search, study_folder
-from benchmarks._checker import CheckerError, measure, median, spread
+from benchmarks._checker import DATALOADER_PREFETCH, CheckerError, measure, median, spread
 from benchmarks._generalise_targets import assess, space_size
 from benchmarks._verdicts import Verdict
 from benchmarks._workloads import BenchWorkload
@@ -149,7 +149,10 @@ def _checked(
 
 def grid_points(batch_size: int, amp: str, cpus: int, spec: GridSpec) -> list[Settings]:
     """The grid at one batch size and AMP mode: workers x threads x persistence
-    (persistence only with workers), prefetch_factor at the DataLoader's default."""
+    (persistence only with workers), prefetch_factor at the DataLoader's default, spelt
+    out: a search's choice of that depth is then the same point, measured once (left
+    unset, it was measured twice, and the two medians of one loader differed by up to
+    22% in one run)."""
     threads = sorted({cpus if t == ALL_CPUS else int(t) for t in spec.threads})
     points = []
     for workers in spec.workers:
@@ -159,6 +162,7 @@ def grid_points(batch_size: int, amp: str, cpus: int, spec: GridSpec) -> list[Se
                     Settings(
                         batch_size=batch_size,
                         num_workers=workers,
+                        prefetch_factor=DATALOADER_PREFETCH if workers > 0 else None,
                         persistent_workers=persistent,
                         amp=cast("AmpMode", amp),  # off, or a mode a search chose
                         threads=count,

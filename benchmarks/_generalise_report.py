@@ -38,7 +38,9 @@ How to read it. Each workload was searched {searches} as a user runs it
 (`autotune.search(config, seed=s)`, seeds 1-{options["seeds"]}, {budget}). The plain-loop
 checker (`benchmarks/_checker.py`, which imports nothing of the probe or the search)
 then measured, in one interleaved set of {options["rounds"]} rounds of {options["seconds"]:g} s
-after {options["warmup"]:g} s of warm-up, the grid (num_workers {_values(grid["num_workers"])}
+after {options["warmup"]:g} s of warm-up (and at least the batches the workers queued
+while starting; the seconds end on a whole turn of the workers), the grid
+(num_workers {_values(grid["num_workers"])}
 × training threads {_values(grid["threads"])} × persistent_workers
 {_values(grid["persistent_workers"])}, persistence only with workers, prefetch_factor at
 the DataLoader's default) at the user's batch size without AMP and at each other batch

@@ -152,3 +152,80 @@ def test_the_train_step_steps_the_optimizer_under_bf16_autocast() -> None:
     train = make_train_step(workload, model, torch.device("cpu"), "bf16")
     train((torch.randn(4, 8), torch.tensor([0, 1, 2, 0])))
     assert not torch.equal(model.weight, before)
+
+
+def test_the_warm_up_trains_on_the_batches_the_workers_queued_before_timing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 16 batches wait in the queue when the first arrives (the workers all started at
+    # once), then the loader makes one a second; a step trains for 0.1 s. A warm-up by
+    # the clock alone (0.5 s) would time the backlog at 10 steps a second.
+    now = [0.0]
+    monkeypatch.setattr(_checker.time, "perf_counter", lambda: now[0])
+
+    def loader() -> Any:
+        for _ in range(1 + 16):
+            yield torch.zeros(4, 1)
+        while True:
+            now[0] += 1.0
+            yield torch.zeros(4, 1)
+
+    def train(batch: Any) -> None:
+        now[0] += 0.1
+
+    def timed(queued: int) -> float:
+        now[0] = 0.0
+        plan = _checker.Plan(config="x", settings={}, seconds=1.5, warmup=0.5, steps=4)
+        return _checker.timed_loop(
+            loader(),
+            train,
+            plan,
+            device=torch.device("cpu"),
+            non_blocking=False,
+            default_n=4,
+            queued=queued,
+        )
+
+    assert timed(queued=0) == pytest.approx(4 * 4 / 0.4)  # the backlog, timed
+    assert timed(queued=16) == pytest.approx(4 * 4 / 4.4)  # what the loader makes
+    settings = Settings(batch_size=4, num_workers=16, persistent_workers=True)
+    assert _checker.queued_batches(settings) == 32
+    assert _checker.queued_batches(Settings(batch_size=4, num_workers=3, prefetch_factor=4)) == 12
+    assert _checker.queued_batches(Settings(batch_size=4)) == 0
+
+
+def test_the_timed_part_ends_on_a_whole_turn_of_the_workers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 4 workers on few CPUs finish their batches together: 4 batches every second; a
+    # step trains for 0.1 s, so the loader sets the pace: 16 samples/s. A timed part that
+    # ends mid-turn (here after 5 steps in 1.1 s) reads 18.2.
+    now = [0.0]
+    monkeypatch.setattr(_checker.time, "perf_counter", lambda: now[0])
+
+    def loader() -> Any:
+        turn = 0
+        while True:
+            turn += 1
+            now[0] = max(now[0], float(turn))
+            for _ in range(4):
+                yield torch.zeros(4, 1)
+
+    def train(batch: Any) -> None:
+        now[0] += 0.1
+
+    def timed(cycle: int) -> float:
+        now[0] = 0.0
+        plan = _checker.Plan(config="x", settings={}, seconds=1.05, warmup=0.0)
+        return _checker.timed_loop(
+            loader(),
+            train,
+            plan,
+            device=torch.device("cpu"),
+            non_blocking=False,
+            default_n=4,
+            cycle=cycle,
+        )
+
+    assert timed(cycle=1) == pytest.approx(5 * 4 / 1.1)
+    assert timed(cycle=4) == pytest.approx(16.0)

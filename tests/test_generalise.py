@@ -49,9 +49,9 @@ def test_the_full_grid_is_workers_by_threads_by_persistence_with_workers() -> No
     }
     assert len(points) == 22
     assert {(s.num_workers, s.threads, s.persistent_workers) for s in points} == expected
-    assert {(s.batch_size, s.amp, s.prefetch_factor, s.pin_memory) for s in points} == {
-        (32, "off", None, False)
-    }
+    assert {(s.batch_size, s.amp, s.pin_memory) for s in points} == {(32, "off", False)}
+    # The DataLoader's default depth, spelt out where workers load.
+    assert {(s.num_workers > 0, s.prefetch_factor) for s in points} == {(False, None), (True, 2)}
     assert len(grid_points(64, "bf16", 1, GridSpec())) == 11  # one CPU: one thread count
 
 
@@ -89,7 +89,10 @@ def test_a_wrong_grid_says_what_was_given(text: str, message: str) -> None:
 def test_the_plan_adds_a_grid_per_other_chosen_batch_and_amp_and_measures_each_config_once() -> (
     None
 ):
-    on_grid = Settings(batch_size=32, num_workers=2, persistent_workers=True, threads=1)
+    # As a search chooses it, prefetch_factor spelt out at the DataLoader's default.
+    on_grid = Settings(
+        batch_size=32, num_workers=2, prefetch_factor=2, persistent_workers=True, threads=1
+    )
     other = Settings(batch_size=64, num_workers=4, prefetch_factor=4, amp="bf16", threads=2)
     choices = [(1, on_grid), (2, other), (3, on_grid)]
     grids, planned = plan(32, choices, 2, GridSpec())
@@ -227,7 +230,9 @@ def result(settings: Settings, rates: tuple[float, ...], **changes: Any) -> Sear
 
 
 CHOICES = {
-    1: Settings(batch_size=32, num_workers=2, persistent_workers=True, threads=1),
+    1: Settings(
+        batch_size=32, num_workers=2, prefetch_factor=2, persistent_workers=True, threads=1
+    ),
     2: Settings(batch_size=64, num_workers=2, prefetch_factor=4, threads=1),
     3: Settings(batch_size=32),
 }
