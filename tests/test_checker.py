@@ -154,40 +154,49 @@ def test_the_train_step_steps_the_optimizer_under_bf16_autocast() -> None:
     assert not torch.equal(model.weight, before)
 
 
+class FakeClock:
+    """``time.perf_counter`` for the checker's timed loop: loaders and steps move it."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.now = 0.0
+        monkeypatch.setattr(_checker.time, "perf_counter", lambda: self.now)
+
+    def train(self, batch: Any) -> None:
+        """A step that trains for 0.1 s."""
+        self.now += 0.1
+
+    def timed(self, batches: Any, plan: _checker.Plan, **pace: int) -> float:
+        """samples/s of ``timed_loop`` over ``batches`` (4 samples each), from time 0."""
+        self.now = 0.0
+        return _checker.timed_loop(
+            batches,
+            self.train,
+            plan,
+            device=torch.device("cpu"),
+            non_blocking=False,
+            default_n=4,
+            **pace,
+        )
+
+
 def test_the_warm_up_trains_on_the_batches_the_workers_queued_before_timing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # 16 batches wait in the queue when the first arrives (the workers all started at
     # once), then the loader makes one a second; a step trains for 0.1 s. A warm-up by
     # the clock alone (0.5 s) would time the backlog at 10 steps a second.
-    now = [0.0]
-    monkeypatch.setattr(_checker.time, "perf_counter", lambda: now[0])
+    clock = FakeClock(monkeypatch)
 
     def loader() -> Any:
         for _ in range(1 + 16):
             yield torch.zeros(4, 1)
         while True:
-            now[0] += 1.0
+            clock.now += 1.0
             yield torch.zeros(4, 1)
 
-    def train(batch: Any) -> None:
-        now[0] += 0.1
-
-    def timed(queued: int) -> float:
-        now[0] = 0.0
-        plan = _checker.Plan(config="x", settings={}, seconds=1.5, warmup=0.5, steps=4)
-        return _checker.timed_loop(
-            loader(),
-            train,
-            plan,
-            device=torch.device("cpu"),
-            non_blocking=False,
-            default_n=4,
-            queued=queued,
-        )
-
-    assert timed(queued=0) == pytest.approx(4 * 4 / 0.4)  # the backlog, timed
-    assert timed(queued=16) == pytest.approx(4 * 4 / 4.4)  # what the loader makes
+    plan = _checker.Plan(config="x", settings={}, seconds=1.5, warmup=0.5, steps=4)
+    assert clock.timed(loader(), plan, queued=0) == pytest.approx(4 * 4 / 0.4)  # the backlog
+    assert clock.timed(loader(), plan, queued=16) == pytest.approx(4 * 4 / 4.4)  # the loader
     settings = Settings(batch_size=4, num_workers=16, persistent_workers=True)
     assert _checker.queued_batches(settings) == 32
     assert _checker.queued_batches(Settings(batch_size=4, num_workers=3, prefetch_factor=4)) == 12
@@ -200,32 +209,16 @@ def test_the_timed_part_ends_on_a_whole_turn_of_the_workers(
     # 4 workers on few CPUs finish their batches together: 4 batches every second; a
     # step trains for 0.1 s, so the loader sets the pace: 16 samples/s. A timed part that
     # ends mid-turn (here after 5 steps in 1.1 s) reads 18.2.
-    now = [0.0]
-    monkeypatch.setattr(_checker.time, "perf_counter", lambda: now[0])
+    clock = FakeClock(monkeypatch)
 
     def loader() -> Any:
         turn = 0
         while True:
             turn += 1
-            now[0] = max(now[0], float(turn))
+            clock.now = max(clock.now, float(turn))
             for _ in range(4):
                 yield torch.zeros(4, 1)
 
-    def train(batch: Any) -> None:
-        now[0] += 0.1
-
-    def timed(cycle: int) -> float:
-        now[0] = 0.0
-        plan = _checker.Plan(config="x", settings={}, seconds=1.05, warmup=0.0)
-        return _checker.timed_loop(
-            loader(),
-            train,
-            plan,
-            device=torch.device("cpu"),
-            non_blocking=False,
-            default_n=4,
-            cycle=cycle,
-        )
-
-    assert timed(cycle=1) == pytest.approx(5 * 4 / 1.1)
-    assert timed(cycle=4) == pytest.approx(16.0)
+    plan = _checker.Plan(config="x", settings={}, seconds=1.05, warmup=0.0)
+    assert clock.timed(loader(), plan, cycle=1) == pytest.approx(5 * 4 / 1.1)
+    assert clock.timed(loader(), plan, cycle=4) == pytest.approx(16.0)
