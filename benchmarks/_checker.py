@@ -50,8 +50,6 @@ STARTUP_ALLOWANCE_S = 300.0
 torch, building the dataset (a workload's first run writes its files) and the model."""
 GROUP_EXIT_S = 5.0
 """How long the leftovers of a measurement get to exit after each signal."""
-DATALOADER_PREFETCH = 2
-"""torch.utils.data.DataLoader's prefetch_factor when workers load and none is given."""
 
 Say = Callable[[str], None]
 
@@ -381,14 +379,6 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def queued_batches(settings: Settings) -> int:
-    """How many batches a DataLoader's workers may have loaded ahead when the first one
-    arrives: ``prefetch_factor`` (torch's default 2) per worker, none without workers."""
-    if settings.num_workers == 0:
-        return 0
-    return settings.num_workers * (settings.prefetch_factor or DATALOADER_PREFETCH)
-
-
 def timed_loop(
     batches: Iterator[Any],
     train: Callable[[Any], None],
@@ -469,7 +459,7 @@ def run_plan(plan: Plan) -> float:
             device=device,
             non_blocking=settings.pin_memory and device.type == "cuda",
             default_n=settings.batch_size,
-            queued=queued_batches(settings) * settings.echo,  # echo trains each one echo times
+            queued=settings.batches_ahead * settings.echo,  # echo trains each one echo times
             cycle=max(settings.num_workers, 1) * settings.echo,
         )
     finally:

@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from autotune import Settings
+from autotune.settings._settings import TORCH_PREFETCH
 from benchmarks._agreement import Searched, run_search, study_folder
-from benchmarks._checker import DATALOADER_PREFETCH, CheckerError, measure, median, spread
+from benchmarks._checker import CheckerError, measure, median, spread
 from benchmarks._generalise_targets import assess, space_size
 from benchmarks._verdicts import Verdict
 from benchmarks._workloads import BenchWorkload
@@ -162,7 +163,7 @@ def grid_points(batch_size: int, amp: str, cpus: int, spec: GridSpec) -> list[Se
                     Settings(
                         batch_size=batch_size,
                         num_workers=workers,
-                        prefetch_factor=DATALOADER_PREFETCH if workers > 0 else None,
+                        prefetch_factor=TORCH_PREFETCH if workers > 0 else None,
                         persistent_workers=persistent,
                         amp=cast("AmpMode", amp),  # off, or a mode a search chose
                         threads=count,

@@ -93,3 +93,11 @@ def test_echo_loader_repeats_each_batch() -> None:
     batches = [b[1].tolist() for b in loader]
     assert batches[0] == batches[1] == batches[2] != batches[3]
     assert loader.dataset is loader.loader.dataset and loader.batch_size == 5
+
+
+def test_the_batches_ahead_are_the_workers_by_their_prefetch_depth() -> None:
+    # What the workers hand over at once when starting: the checker's warm-up and the
+    # online loader's clock skip that many steps.
+    assert Settings(batch_size=4, num_workers=16, persistent_workers=True).batches_ahead == 32
+    assert Settings(batch_size=4, num_workers=3, prefetch_factor=4).batches_ahead == 12
+    assert Settings(batch_size=4).batches_ahead == 0

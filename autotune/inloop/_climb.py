@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from autotune._format import format_rate
 from autotune.decide._choose import cost
 from autotune.probe import Window
-from autotune.settings._settings import Settings
+from autotune.settings._settings import TORCH_PREFETCH, Settings
 
 IDLE_WAIT = 0.03
 """A start without workers whose steps wait less than this share for data ends the
@@ -122,7 +122,7 @@ def neighbours(settings: Settings, options: ClimbOptions) -> list[Settings]:
     more = (2, 1) if workers == 0 else (doubled, workers + 1)
     found = [
         *(_workers(settings, w) for w in more),
-        _prefetch(settings, 2 * (settings.prefetch_factor or 2), options.max_prefetch),
+        _prefetch(settings, 2 * (settings.prefetch_factor or TORCH_PREFETCH), options.max_prefetch),
         dataclasses.replace(settings, pin_memory=not settings.pin_memory)
         if options.pin_memory
         else None,
@@ -143,7 +143,7 @@ def _workers(settings: Settings, workers: int) -> Settings:
         )
     # torch's default depth, written out: one config, one key.
     return dataclasses.replace(
-        settings, num_workers=workers, prefetch_factor=settings.prefetch_factor or 2
+        settings, num_workers=workers, prefetch_factor=settings.prefetch_factor or TORCH_PREFETCH
     )
 
 

@@ -109,7 +109,7 @@ class Tuner:
                 self._why,
             )
         self.running = settings
-        self.clock.restart(_prefetched(settings), lead=lead)
+        self.clock.restart(settings.batches_ahead, lead=lead)
 
     def fetched(self, asked: float, samples: int, cpu_seconds: float | None = None) -> None:
         """A batch of ``samples`` was handed over; the user asked for it at ``asked``.
@@ -165,7 +165,7 @@ class Tuner:
         if self.epoch_batches is None:
             self.epoch_batches = batches
         # Workers, persistent or new, prefetch again at the start of the next epoch.
-        self.clock.restart(_prefetched(self.running) if self.running else 0)
+        self.clock.restart(self.running.batches_ahead if self.running else 0)
 
     # ------------------------------------------------------------ climbing
     def _climbing(self, seconds: float, window: Window | None, spend: bool = True) -> None:
@@ -351,8 +351,3 @@ def _idle_reason(climb: Climb) -> str:
         f"the loop waited {wait_share(rates):.1%} of its steps for data: no loader setting "
         "can gain more than that"
     )
-
-
-def _prefetched(settings: Settings) -> int:
-    """Batches a config's workers load ahead: what they hand over at once when starting."""
-    return settings.num_workers * (settings.prefetch_factor or 2)

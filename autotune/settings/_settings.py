@@ -17,6 +17,8 @@ from autotune.settings._loader import build_loader
 
 AmpMode = Literal["off", "bf16", "fp16"]
 AMP_MODES: tuple[AmpMode, ...] = ("off", "bf16", "fp16")
+TORCH_PREFETCH = 2
+"""torch's DataLoader prefetch_factor when workers load and none is given."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -89,11 +91,18 @@ class Settings:
                 kwargs["prefetch_factor"] = self.prefetch_factor
         return kwargs
 
+    @property
+    def batches_ahead(self) -> int:
+        """Batches the workers load ahead of the training, ``prefetch_factor`` (torch's
+        default when unset) each: what they hand over at once when starting; 0 without
+        workers."""
+        return self.num_workers * (self.prefetch_factor or TORCH_PREFETCH)
+
     def describe(self) -> str:
         """A short one-line description for progress lines and tables."""
         parts = [f"workers={self.num_workers}"]
         if self.num_workers > 0:
-            parts.append(f"prefetch={self.prefetch_factor if self.prefetch_factor else 2}")
+            parts.append(f"prefetch={self.prefetch_factor or TORCH_PREFETCH}")
             parts.append(f"persistent={'yes' if self.persistent_workers else 'no'}")
         if self.pin_memory:
             parts.append("pin")

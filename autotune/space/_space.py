@@ -14,7 +14,7 @@ from typing import Any, Protocol, TypeAlias
 
 from autotune._errors import SpaceError
 from autotune.machine._machine import Machine
-from autotune.settings._settings import AMP_MODES, Settings
+from autotune.settings._settings import AMP_MODES, TORCH_PREFETCH, Settings
 
 KNOBS = (
     "num_workers",
@@ -133,7 +133,7 @@ class Space:
         for knob in ("num_workers", "pin_memory", "batch_size", "amp", "echo", "threads"):
             values[knob] = _nearest(getattr(settings, knob), self.domain(knob).values())
         if values["num_workers"] > 0:
-            prefetch = settings.prefetch_factor or 2  # None means torch's default, 2
+            prefetch = settings.prefetch_factor or TORCH_PREFETCH  # None: torch's default
             values["prefetch_factor"] = _nearest(prefetch, self.prefetch_factor.values())
             values["persistent_workers"] = _nearest(
                 settings.persistent_workers, self.persistent_workers.values()
