@@ -121,6 +121,9 @@ def _run(request: ProbeRequest, send: Send, stop: threading.Event) -> None:
         window_seconds=request.window_seconds,
         send=send,
         stop=stop,
+        # Compute mode trains on held batches: no workers, no bursts.
+        queued=0 if request.mode == "compute" else settings.batches_ahead,
+        turn=1 if request.mode == "compute" else max(settings.num_workers, 1),
     )
 
     def run(

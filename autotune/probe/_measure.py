@@ -93,15 +93,37 @@ class Pace(Protocol):
 
 class SoloPace:
     """One probe process alone: the clock ends the warm-up and the windows; a stop from
-    the search is obeyed at the next step, abandoning the window under way."""
+    the search is obeyed at the next step, abandoning the window under way.
+
+    Workers that share few CPUs finish their batches together, so batches arrive in
+    bursts a turn apart (``turn``: the workers take batches in turn, ``num_workers`` to
+    a turn), and the batches the workers load while starting (``queued``) wait for the
+    training at once. So the warm-up lasts ``warmup_seconds`` and trains through more
+    than ``queued`` batches, and a window ends after ``window_seconds`` on a whole turn:
+    a short span that holds one burst more or less than its share reads a loader of 16
+    workers on 2 CPUs several times too fast or too slow.
+    """
 
     def __init__(
-        self, *, warmup_seconds: float, window_seconds: float, send: Send, stop: threading.Event
+        self,
+        *,
+        warmup_seconds: float,
+        window_seconds: float,
+        send: Send,
+        stop: threading.Event,
+        queued: int = 0,
+        turn: int = 1,
     ) -> None:
+        if turn < 1:
+            raise ValueError(
+                f"turn is {turn}; expected >= 1 (batches the workers hand over in turn)"
+            )
         self.warmup_seconds = warmup_seconds
         self.window_seconds = window_seconds
         self.send = send
         self.stop = stop
+        self.queued = queued
+        self.turn = turn
 
     def ready(self, startup_s: float) -> None:
         self.send(("ready", {"startup_s": startup_s}))
@@ -112,14 +134,14 @@ class SoloPace:
     def warmed(self, steps: int, began: float) -> Warmth:
         if self.stop.is_set():
             return Warmth.STOPPED
-        warm = time.perf_counter() - began >= self.warmup_seconds
+        warm = time.perf_counter() - began >= self.warmup_seconds and steps > self.queued
         return Warmth.WARM if warm else Warmth.COLD
 
     def stopped(self) -> bool:
         return self.stop.is_set()
 
     def window_full(self, tally: Tally, elapsed: float) -> bool:
-        return elapsed >= self.window_seconds
+        return elapsed >= self.window_seconds and tally.batches % self.turn == 0
 
     def close(self, index: int, tally: Tally, seconds: float) -> bool:
         self.send(("window", tally.window(index, seconds)))
