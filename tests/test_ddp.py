@@ -9,10 +9,12 @@ import pickle
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import optuna
 import pytest
+import torch
 import workloads
 from conftest import quick
 from torch import nn
@@ -28,7 +30,16 @@ from autotune.decide._ddp import (
     run_ddp_stage,
 )
 from autotune.machine._gpus import Discovery
-from autotune.probe import Figures, Measurement, ProbeRequest, Window, WorkloadSource, run_probe
+from autotune.probe import (
+    Figures,
+    Measurement,
+    ProbeRequest,
+    Window,
+    WorkloadSource,
+    _ddp,
+    run_probe,
+)
+from autotune.probe._measure import Warmth
 from autotune.probe._placement import PLACEMENT, plan_placement
 from autotune.progress._progress import QuietProgress
 from autotune.result._launch import ddp_code, lr_note, torchrun_line
@@ -71,6 +82,25 @@ def test_a_ddp_probe_trains_every_rank_on_its_own_cpus() -> None:
         assert window.samples == 2 * window.steps * 8
     assert result.figures.startup_s is not None
     assert result.figures.monitor is not None and result.figures.monitor.cores == (0, 1)
+
+
+def test_the_ranks_warm_through_their_workers_queue_and_window_in_whole_turns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = Settings(batch_size=8, num_workers=3, prefetch_factor=2, threads=1)
+    request = TWO_CPU_RANKS.ddp_request(
+        template(workloads.SleepyDataset(), settings=settings, window_seconds=0.5), {}
+    )
+    # Both ranks report 1 s since the warm-up began and no halt.
+    monkeypatch.setattr(_ddp, "_gather", lambda values, group: [[1.0, 0.0], [1.0, 0.0]])
+    pace = _ddp.AgreedPace(request, 0, None, threading.Event(), None, torch.device("cpu"))
+    assert pace.warmed(6, 0.0) is Warmth.COLD  # 3 workers x 2 batches queued at the start
+    assert pace.warm_round() == 2
+    assert pace.warmed(7, 0.0) is Warmth.WARM
+    # 7 batches a second, windows of 0.5 s: 4 batches, rounded up to 2 turns of 3.
+    assert pace.per_window == 6
+    assert _ddp._aim(0.5, 10, 1.0) == 5 and _ddp._aim(0.5, 10, 1.0, 4) == 8
+    assert _ddp._aim(0.5, 3, 0.0) == 3 and _ddp._aim(0.5, 3, 0.0, 4) == 4
 
 
 def test_a_rank_out_of_memory_fails_the_ddp_probe_as_out_of_memory() -> None:

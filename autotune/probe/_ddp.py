@@ -260,9 +260,11 @@ def _gather(values: list[float], group: Any) -> list[list[float]]:
 
 class AgreedPace:
     """The pace of one DDP rank: every rank takes the same steps. The warm-up runs in
-    doubling rounds until every rank has warmed for ``warmup_seconds``; each window's
-    steps are aimed at ``window_seconds`` from the figures all ranks shared at the last
-    window edge, where they add up their figures (rank 0 reports them) and agree to stop."""
+    doubling rounds until every rank has warmed for ``warmup_seconds`` and trained
+    through the batches its workers queued while starting; each window's steps are
+    aimed at ``window_seconds`` from the figures all ranks shared at the last window
+    edge, in whole turns of a rank's workers (see :class:`SoloPace`), where the ranks add
+    up their figures (rank 0 reports them) and agree to stop."""
 
     def __init__(
         self,
@@ -281,6 +283,8 @@ class AgreedPace:
         self.device = device
         self.rounds = 1
         self.per_window = 1
+        self.queued = request.settings.batches_ahead
+        self.turn = max(request.settings.num_workers, 1)
 
     def ready(self, startup_s: float) -> None:
         startup = max(row[0] for row in _gather([startup_s], self.group))
@@ -296,10 +300,10 @@ class AgreedPace:
         elapsed = max(row[0] for row in rows)
         if any(row[1] for row in rows):
             return Warmth.STOPPED
-        if elapsed < self.request.warmup_seconds:
+        if elapsed < self.request.warmup_seconds or steps <= self.queued:
             self.rounds *= 2
             return Warmth.COLD
-        self.per_window = _aim(self.request.window_seconds, steps, elapsed)
+        self.per_window = _aim(self.request.window_seconds, steps, elapsed, self.turn)
         return Warmth.WARM
 
     def stopped(self) -> bool:
@@ -324,12 +328,14 @@ class AgreedPace:
         )
         if self.rank == 0:
             self.link.send(("window", window))
-        self.per_window = _aim(self.request.window_seconds, self.per_window, window.seconds)
+        self.per_window = _aim(
+            self.request.window_seconds, self.per_window, window.seconds, self.turn
+        )
         return not any(row[5] for row in rows)
 
 
-def _aim(window_seconds: float, steps: int, seconds: float) -> int:
-    """Steps that should take ``window_seconds``, at the rate of ``steps`` in ``seconds``."""
-    if seconds <= 0:
-        return max(1, steps)
-    return max(1, math.ceil(window_seconds * steps / seconds))
+def _aim(window_seconds: float, steps: int, seconds: float, turn: int = 1) -> int:
+    """Steps that should take ``window_seconds``, at the rate of ``steps`` in ``seconds``,
+    rounded up to whole turns of ``turn`` steps."""
+    aimed = max(1, steps) if seconds <= 0 else math.ceil(window_seconds * steps / seconds)
+    return max(1, math.ceil(aimed / turn)) * turn
