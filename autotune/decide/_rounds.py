@@ -8,12 +8,15 @@ Pure functions over the rounds' figures, so the rule is testable alone:
   rounds or more, half its range over its median (how far a round strays from the
   middle), and the median of that over the configs;
 - the band is the larger of the tolerance and that noise;
-- the default loader wins unless a config beats it beyond the band, and in every
-  round both measured (side by side, so a round that slowed the machine slowed both:
-  a config that lost one round has not shown that it is faster); among those that
-  do, the cheapest within the band of the fastest is chosen;
 - the speedup over the default is the median of the per-round ratios (each round
-  measures both side by side), its interval their range.
+  measures both side by side), its interval their range;
+- the default loader wins unless a config's speedup is beyond the band, and it was
+  faster in every round both measured (side by side, so a round that slowed the
+  machine slowed both: a config that lost one round has not shown that it is
+  faster); among those that do, the cheapest within the band of the fastest is
+  chosen. The speedup judged is the one printed: a ratio of the two medians would
+  take the config and the default from different rounds, and a round that slowed
+  the machine for both would count against the config.
 """
 
 from __future__ import annotations
@@ -92,9 +95,9 @@ def verdict(
     band: float,
     user_batch: int,
 ) -> Rounds:
-    """The config to recommend: the default unless a finalist beats it beyond ``band``
-    and in every round (:func:`beats_every_round`); otherwise the cheapest of those
-    within ``band`` of the fastest.
+    """The config to recommend: the default unless a finalist beats it
+    (:func:`beats_default`); otherwise the cheapest of those within ``band`` of the
+    fastest.
 
     Only complete configs count (a failed round's figures are never used).
 
@@ -110,13 +113,8 @@ def verdict(
     candidates = [Candidate(r.settings, r.median) for r in complete]
     near = within(candidates, band)
     if default is not None and has_default:
-        beats = default.median * (1.0 + band)
         by_settings = {r.settings.key(): r for r in complete}
-        near = [
-            c
-            for c in near
-            if c.samples_per_s > beats and beats_every_round(by_settings[c.settings.key()], default)
-        ]
+        near = [c for c in near if beats_default(by_settings[c.settings.key()], default, band)]
         if not near:
             return default
     pick = cheapest_within(near, band, user_batch=user_batch)
@@ -130,6 +128,14 @@ def paired_ratios(chosen: Rounds, default: Rounds) -> tuple[float, ...]:
         for a, b in zip(chosen.measurements, default.measurements, strict=False)
         if a is not None and b is not None and b.samples_per_s > 0
     )
+
+
+def beats_default(chosen: Rounds, default: Rounds, band: float) -> bool:
+    """Whether ``chosen`` is faster than ``default`` beyond the noise: its speedup (the
+    median of :func:`paired_ratios`) above 1 + ``band``, and faster in every round
+    (:func:`beats_every_round`)."""
+    ratios = paired_ratios(chosen, default)
+    return beats_every_round(chosen, default) and statistics.median(ratios) > 1.0 + band
 
 
 def beats_every_round(chosen: Rounds, default: Rounds) -> bool:
