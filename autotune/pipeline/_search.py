@@ -311,7 +311,10 @@ def warm_starts(
     threads share the cores, which the rule of thumb oversubscribes); no workers. Each
     comes with the batch size, AMP and threads of the fastest compute ceiling
     (``fastest_model``) when the bounds measured one (the split keeps its threads), then
-    with the user's own."""
+    with the user's own. No workers at the fastest batch size and AMP is also tried on
+    every thread, when the fastest ceiling had fewer: without workers the training has
+    the CPUs to itself, and ceilings of two thread counts are often within each other's
+    noise, so the one measured fastest may not be."""
     share = cpus or machine.cpus
     threads = [t for t in space.threads.values() if isinstance(t, int)]
     rule_of_thumb = Settings(
@@ -345,7 +348,10 @@ def warm_starts(
             )
             for s in starts
         ]
-        starts = fastest + starts
+        alone = dataclasses.replace(
+            no_workers, batch_size=fastest_model.batch_size, amp=fastest_model.amp
+        )
+        starts = [*fastest, alone, *starts]
     snapped = (space.snap(s) for s in starts)
     return tuple({s.key(): s for s in snapped}.values())
 
