@@ -176,6 +176,8 @@ _ONLY: dict[str, tuple[str, ...]] = {
     "epoch_scale": ("online",),
     "seeds": ("generalise",),
     "merge": ("generalise",),
+    "rejudge": ("generalise",),
+    "final_rounds": ("generalise",),
 }
 """The flags of the other modes, and the modes they apply to."""
 _INSTEAD_OF_QUICK = {

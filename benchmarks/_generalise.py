@@ -12,7 +12,9 @@ set of rounds:
 - the default loader (``Settings(batch_size=user's)``, threads left to torch);
 - each search's choice.
 
-The targets are judged on the checker's medians (:mod:`benchmarks._generalise_targets`).
+Then a final set of rounds (:mod:`benchmarks._generalise_rounds`) measures again the
+default loader, the choices and the grid's leaders, side by side; the targets are judged
+on ratios taken within each of those rounds (:mod:`benchmarks._generalise_targets`).
 This module reads the searches through ``autotune.search``'s public result only: it
 imports nothing of the probe, the exploration or the decision
 (``tests/test_generalise.py`` checks that in a fresh interpreter).
@@ -30,7 +32,14 @@ from typing import TYPE_CHECKING, Any, cast
 from autotune import Settings
 from autotune.settings._settings import TORCH_PREFETCH
 from benchmarks._agreement import Searched, run_search, study_folder
-from benchmarks._checker import CheckerError, measure, median, spread
+from benchmarks._checker import median, spread
+from benchmarks._generalise_rounds import (
+    FINAL_ROUNDS,
+    LEADERS,
+    RoundsOptions,
+    measure_final,
+    measure_rounds,
+)
 from benchmarks._generalise_targets import assess, space_size
 from benchmarks._verdicts import Verdict
 from benchmarks._workloads import BenchWorkload
@@ -230,60 +239,22 @@ class GeneraliseOptions:
     plain_seed: int = 0
     """Seeds the plain loop's data order."""
     study_dir: Path | None = None
+    final_rounds: int = FINAL_ROUNDS
+    """Rounds of the final set, over the default, the choices and the grid's leaders."""
+    leaders: int = LEADERS
+    """Grid points the first set passes on to the final set."""
+
+    def rounds_options(self, rounds: int) -> RoundsOptions:
+        """How the checker measures, for a set of ``rounds`` rounds."""
+        return RoundsOptions(
+            rounds=rounds, seconds=self.seconds, warmup=self.warmup, plain_seed=self.plain_seed
+        )
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["grid"] = self.grid.to_dict()
         data["study_dir"] = None if self.study_dir is None else str(self.study_dir)
         return data
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Measured:
-    """The checker's rounds of every planned config, and what each measurement cost."""
-
-    rates: list[list[float | None]]
-    """``rates[config][round]``; None where the measurement failed."""
-    errors: list[list[str]]
-    walls: list[float]
-    """Wall seconds of every measurement, failed ones included."""
-
-
-def measure_rounds(
-    config: Path,
-    settings_list: Sequence[Settings],
-    options: GeneraliseOptions,
-    device: str,
-    say: Say,
-) -> Measured:
-    """The checker's interleaved rounds (A B C, A B C, ...), as ``measure_interleaved``
-    runs them, keeping a failed measurement as a gap instead of ending the set, and
-    timing each measurement (for the cost of measuring a whole space)."""
-    rates: list[list[float | None]] = [[] for _ in settings_list]
-    errors: list[list[str]] = [[] for _ in settings_list]
-    walls: list[float] = []
-    total = len(settings_list) * options.rounds
-    for round_number in range(1, options.rounds + 1):
-        for index, settings in enumerate(settings_list):
-            began = time.perf_counter()
-            try:
-                rate: float | None = measure(
-                    config,
-                    settings,
-                    seconds=options.seconds,
-                    warmup=options.warmup,
-                    device=device,
-                    seed=options.plain_seed,
-                )
-                figure = f"{rate:,.0f}/s"
-            except CheckerError as error:
-                rate, figure = None, f"FAILED: {error}"
-                errors[index].append(f"round {round_number}: {error}")
-            walls.append(time.perf_counter() - began)
-            rates[index].append(rate)
-            count = f"plain loop {len(walls)}/{total}, round {round_number}"
-            say(f"{count}: {settings.describe()}: {figure}")
-    return Measured(rates=rates, errors=errors, walls=walls)
 
 
 def search_row(seed: int, searched: Searched, keep_study: bool) -> dict[str, Any]:
@@ -351,13 +322,16 @@ def run_workload(
         f"{len(seeds)} choice(s)), {options.rounds} interleaved rounds"
     )
     measured = measure_rounds(
-        workload.config, [p.settings for p in planned], options, first.device, say
+        workload.config,
+        [p.settings for p in planned],
+        options.rounds_options(options.rounds),
+        first.device,
+        say,
     )
     measurements = [
         _measurement(p, rates, errors)
         for p, rates, errors in zip(planned, measured.rates, measured.errors, strict=True)
     ]
-    mean_s = sum(measured.walls) / len(measured.walls)
     section: dict[str, Any] = {
         "name": workload.name,
         "config": workload.config.relative_to(workload.config.parents[2]).as_posix(),
@@ -373,14 +347,47 @@ def run_workload(
             "warmup": options.warmup,
             "measurements": len(measured.walls),
             "wall_s": sum(measured.walls),
-            "mean_measurement_s": mean_s,
+            "mean_measurement_s": sum(measured.walls) / len(measured.walls),
         },
-        "wall_s": time.perf_counter() - began,
     }
-    section.update(assess(measurements, searches, rounds=options.rounds, measurement_s=mean_s))
-    for verdict in section["verdicts"]:
+    judged = judge_again(section, workload.config, options, say)
+    judged["wall_s"] = time.perf_counter() - began
+    return judged
+
+
+def judge_again(
+    section: Mapping[str, Any], config: Path, options: GeneraliseOptions, say: Say
+) -> dict[str, Any]:
+    """A workload's section with the checker's final set of rounds measured now (the
+    default, the choices and the grid's leaders, picked by the section's first rounds)
+    and the targets judged on it; the section's searches and first rounds are kept."""
+    measurements, walls = measure_final(
+        config,
+        section["measurements"],
+        options.rounds_options(options.final_rounds),
+        section["device"],
+        say,
+        options.leaders,
+    )
+    checker = {
+        **section["checker"],
+        "final_rounds": options.final_rounds,
+        "leaders": options.leaders,
+        "final_measurements": len(walls),
+        "final_wall_s": sum(walls),
+    }
+    judged = {**section, "measurements": measurements, "checker": checker}
+    judged.update(
+        assess(
+            measurements,
+            section["searches"],
+            rounds=checker["rounds"],
+            measurement_s=checker["mean_measurement_s"],
+        )
+    )
+    for verdict in judged["verdicts"]:
         say(Verdict(**verdict).line())
-    return section
+    return judged
 
 
 def _measurement(planned: Planned, rates: list[float | None], errors: list[str]) -> dict[str, Any]:

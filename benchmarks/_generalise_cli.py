@@ -12,12 +12,13 @@ counts out of range before :func:`main` runs; the run is :func:`benchmarks._runs
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import sys
 from pathlib import Path
 
 from autotune.machine._machine import detect_machine
-from benchmarks import _generalise, _generalise_report, _generalise_targets
+from benchmarks import _generalise, _generalise_report, _generalise_rounds, _generalise_targets
 from benchmarks._generalise import GeneraliseOptions, parse_grid
 from benchmarks._runs import Check, results_path, run_check
 from benchmarks._workloads import BenchWorkload, find
@@ -47,6 +48,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--generalise", action="store_true", help="run the generalisation benchmark")
     group.add_argument("--seeds", type=int, help="searches per workload, seeded 1..N (default 3)")
     group.add_argument(
+        "--final-rounds",
+        type=int,
+        help="rounds of the final set, over the default, the choices and the grid's leaders "
+        f"(default {_generalise_rounds.FINAL_ROUNDS})",
+    )
+    group.add_argument(
+        "--rejudge",
+        nargs="+",
+        type=Path,
+        metavar="JSON",
+        help="search nothing: take the searches and first rounds of these results files (the "
+        "later run of a workload twice), measure the final set of rounds and judge again; "
+        "--workloads narrows them, --final-rounds applies; written to --out",
+    )
+    group.add_argument(
         "--merge",
         nargs="+",
         type=Path,
@@ -59,9 +75,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def problem(args: argparse.Namespace) -> str | None:
     """What is wrong with the flags for this mode that the command line does not check
     for every mode; None when nothing is."""
-    missing = [str(p) for p in args.merge or () if not p.is_file()]
-    if missing:
-        return f"--merge: no such file {', '.join(missing)}."
+    if args.merge and args.rejudge:
+        return "--merge and --rejudge are two ways to read results files; give one."
+    for flag, paths in (("--merge", args.merge), ("--rejudge", args.rejudge)):
+        missing = [str(p) for p in paths or () if not p.is_file()]
+        if missing:
+            return f"{flag}: no such file {', '.join(missing)}."
+    if args.final_rounds is not None and args.final_rounds < _generalise.MIN_ROUNDS:
+        return f"--final-rounds is {args.final_rounds}; expected >= {_generalise.MIN_ROUNDS}."
     return None
 
 
@@ -80,6 +101,7 @@ def options(args: argparse.Namespace) -> GeneraliseOptions:
         trials=args.trials,
         plain_seed=args.seed,
         study_dir=args.study_dir,
+        final_rounds=args.final_rounds or _generalise_rounds.FINAL_ROUNDS,
     )
 
 
@@ -110,7 +132,53 @@ def main(args: argparse.Namespace) -> int:
         written = _generalise_report.write(merged, path)
         print(f"written: {', '.join(str(p) for p in written)}", file=sys.stderr)
         return 0
+    if args.rejudge:
+        return _rejudge(args, run_options)
     return _run(args, run_options, workloads)
+
+
+def _rejudge(args: argparse.Namespace, run_options: GeneraliseOptions) -> int:
+    """The final set of rounds over the searches and first rounds of earlier runs,
+    measured now and judged again; the first rounds' options (seconds, warm-up, the plain
+    loop's seed) are the earlier run's, so the final set measures alike."""
+    old = _generalise_report.merge(args.rejudge)
+    sections = {s["name"]: s for s in old["workloads"] if "error" not in s}
+    asked = {n.strip() for n in args.workloads.split(",") if n.strip()} - {"all"}
+    workloads = [w for w in find(list(sections)) if not asked or w.name in asked]
+    if not workloads:
+        print(
+            f"python -m benchmarks: --rejudge: none of {sorted(asked)} in those files "
+            f"(they hold {sorted(sections)}).",
+            file=sys.stderr,
+        )
+        return 2
+    earlier = old["options"]
+    options = dataclasses.replace(
+        run_options,
+        seconds=earlier["seconds"],
+        warmup=earlier["warmup"],
+        plain_seed=earlier["plain_seed"],
+    )
+    header = {key: old[key] for key in ("targets",) if key in old}
+    check = Check(
+        name="generalise-rejudged",
+        header={
+            **header,
+            "options": {
+                **earlier,
+                "final_rounds": options.final_rounds,
+                "leaders": options.leaders,
+            },
+            "rejudged_from": old["merged_from"],
+        },
+        run=lambda workload, say: _generalise.judge_again(
+            sections[workload.name], workload.config, options, say
+        ),
+        table=_generalise_report.markdown,
+        write=_generalise_report.write,
+        stamp=STAMP,
+    )
+    return run_check(check, workloads, detect_machine(), out=args.out, keep_data=args.keep_data)
 
 
 def _run(

@@ -15,8 +15,8 @@ from benchmarks._generalise_plot import svg
 from benchmarks._generalise_targets import assess
 
 HEADER = (
-    "| config | settings | plain loop samples/s (spread) | × grid best | × default | "
-    "autotune printed | inside? | search s | × space cost |"
+    "| config | settings | plain loop samples/s (spread) | × grid best | × grid best (first) | "
+    "× default | autotune printed | inside? | search s | × space cost |"
 )
 TARGET_COLUMNS = (
     "median choice ≥ 0.97 × grid best",
@@ -52,6 +52,23 @@ its confirming rounds, and its speedup; "inside?" asks whether the plain loop's 
 falls within that samples/s range. The space cost is the configs in the space the search
 covered × the checker's rounds × the mean wall time of one checker measurement in the
 same run: what measuring that whole space at the checker's precision would take.
+""" + _final_reading(options)
+
+
+def _final_reading(options: Mapping[str, Any]) -> str:
+    """How the final set is read, for a run that had one."""
+    if not options.get("final_rounds"):
+        return ""
+    return f"""
+The final set. Those rounds pick the {options["leaders"]} leading grid points; then the
+checker measures them again beside the default loader and each choice, in
+{options["final_rounds"]} interleaved rounds of their own, and the verdicts are judged on
+those: "grid best" is the leader with the highest final median, and "× grid best" and
+"× default" are the median over the final rounds of the two configs' ratio within each
+round. The leaders are picked on other measurements than those that grade them (no
+winner's curse), and a ratio within a round about a minute long does not mix the
+machine's states. "× grid best (first)" is the first set's reading: the choice's median
+over the highest median of the grid.
 """
 
 
@@ -90,8 +107,9 @@ def _inside(choice: Mapping[str, Any]) -> str:
     return f"no, {abs(gap):.1%} {'below' if gap < 0 else 'above'}"
 
 
-def _figure_cell(measurement: Mapping[str, Any] | None, value: float) -> str:
-    spread = _percent(measurement["spread"]) if measurement else "-"
+def _figure_cell(measurement: Mapping[str, Any] | None, value: float, final: bool) -> str:
+    key = "final_spread" if final else "spread"
+    spread = _percent(measurement[key]) if measurement else "-"
     return f"{rate_text(value)} ({spread})"
 
 
@@ -104,20 +122,23 @@ def _rows(section: Mapping[str, Any]) -> list[list[str]]:
     )
     default_row = next((m for m in measurements if m["default"]), None)
     by_seed = {seed: m for m in measurements for seed in m["seeds"]}
+    final = figures.get("judged_on") == "final rounds"
     rows = [
         [
             "grid best",
             best["describe"] or "-",
-            _figure_cell(best_row, best["samples_per_s"]),
+            _figure_cell(best_row, best["samples_per_s"], final),
             "1.000",
+            "",
             f"{best['samples_per_s'] / default:.2f}" if default > 0 else "-",
             *[""] * 4,
         ],
         [
             "default loader",
             default_row["describe"] if default_row else "-",
-            _figure_cell(default_row, default),
+            _figure_cell(default_row, default, final),
             f"{default / best['samples_per_s']:.3f}" if best["samples_per_s"] > 0 else "-",
+            "",
             "1.00",
             *[""] * 4,
         ],
@@ -129,8 +150,9 @@ def _rows(section: Mapping[str, Any]) -> list[list[str]]:
             [
                 f"seed {choice['seed']}" + (" (the default)" if choice["is_default"] else ""),
                 choice["describe"],
-                _figure_cell(by_seed.get(choice["seed"]), choice["samples_per_s"]),
+                _figure_cell(by_seed.get(choice["seed"]), choice["samples_per_s"], final),
                 f"{choice['vs_grid']:.3f}",
+                f"{choice['first_vs_grid']:.3f}" if "first_vs_grid" in choice else "-",
                 f"{choice['vs_default']:.2f}",
                 search["printed"] + ("" if search["confirmed"] else ", not confirmed"),
                 _inside(choice),
@@ -147,7 +169,8 @@ def _table(header: str, rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 def _grid_details(section: Mapping[str, Any]) -> list[str]:
-    best = section["figures"]["grid_best"]["samples_per_s"]
+    figures = section["figures"]
+    best = figures.get("first_grid_best", figures["grid_best"])["samples_per_s"]
     grid = sorted((m for m in section["measurements"] if m["grid"]), key=lambda m: -m["median"])
     rows = [
         [
@@ -155,11 +178,12 @@ def _grid_details(section: Mapping[str, Any]) -> list[str]:
             rate_text(m["median"]),
             _percent(m["spread"]),
             f"{m['median'] / best:.3f}" if best > 0 else "-",
-            "; ".join(m["errors"]) or "",
+            _final_cell(m),
+            "; ".join(m["errors"] + m.get("final_errors", [])) or "",
         ]
         for m in grid
     ]
-    header = "| grid point | samples/s | spread | × grid best | failures |"
+    header = "| grid point | samples/s | spread | × grid best | final rounds | failures |"
     return [
         "<details><summary>every grid point</summary>",
         "",
@@ -167,6 +191,13 @@ def _grid_details(section: Mapping[str, Any]) -> list[str]:
         "",
         "</details>",
     ]
+
+
+def _final_cell(measurement: Mapping[str, Any]) -> str:
+    """A leader's final median and spread; empty for a point the final set did not take."""
+    if not measurement.get("final"):
+        return ""
+    return f"{rate_text(measurement['final_median'])} ({_percent(measurement['final_spread'])})"
 
 
 def _verdict_line(verdict: Mapping[str, Any]) -> str:
@@ -192,7 +223,7 @@ def markdown(section: Mapping[str, Any]) -> str:
         f"{figures['grid_points']} grid points ({grids}); the plain loop: "
         f"{checker['rounds']} interleaved rounds of {checker['seconds']:g} s "
         f"({checker['warmup']:g} s warm-up), {checker['measurements']} measurements of "
-        f"{checker['mean_measurement_s']:.1f} s on average.",
+        f"{checker['mean_measurement_s']:.1f} s on average{_final_line(checker)}.",
         "",
         *_table(HEADER, _rows(section)),
         "",
@@ -203,6 +234,15 @@ def markdown(section: Mapping[str, Any]) -> str:
         *_grid_details(section),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _final_line(checker: Mapping[str, Any]) -> str:
+    if not checker.get("final_measurements"):
+        return ""
+    return (
+        f"; then the final set: {checker['final_measurements'] // checker['final_rounds']} "
+        f"configs in {checker['final_rounds']} rounds ({checker['final_wall_s'] / 60:.1f} min)"
+    )
 
 
 def _cost_line(section: Mapping[str, Any]) -> str:
@@ -250,14 +290,18 @@ def targets_table(sections: Sequence[Mapping[str, Any]]) -> list[str]:
     return _table(header, rows)
 
 
+def _commit(run: Mapping[str, Any]) -> str:
+    return (run.get("commit") or "?")[:7] + ("+dirty" if run.get("dirty") else "")
+
+
 def _header(results: Mapping[str, Any]) -> list[str]:
     machine, options = results["machine"], results["options"]
     versions = results.get("versions", {})
     budget = f"{options['trials']} trials" if options.get("trials") else "the default budget"
-    runs = results.get("merged_from") or [results]
-    commits = sorted(
-        {(r.get("commit") or "?")[:7] + ("+dirty" if r.get("dirty") else "") for r in runs}
-    )
+    runs = results.get("rejudged_from") or results.get("merged_from") or [results]
+    commits = sorted({_commit(r) for r in runs})
+    if "rejudged_from" in results:
+        commits.append(f"judged again with a final set of rounds at {_commit(results)}")
     gpus = ", ".join(machine.get("gpus") or []) or "no GPU"
     return [
         f"{results['started'][:10]}, {results['host']}: {machine['cpus']} CPUs "

@@ -10,12 +10,20 @@
 - every choice's checker median inside the interval autotune printed for it (the
   lowest and highest samples/s of its confirming rounds).
 
+Where the checker's final set of rounds measured the default, every choice and the
+grid's leaders again (:mod:`benchmarks._generalise_rounds`), the ratios are paired: the
+median over those rounds of the choice's figure over the other config's in the same
+round, against the leader with the highest final median. A run without a final set (the
+runs before it) is judged as it was: on the ratio of the first set's medians, against
+the grid point with the highest median.
+
 Pure functions of JSON-type figures, so the tests judge made-up figures on both sides
 of every bound.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -70,21 +78,62 @@ def _ratio(a: float, b: float) -> float:
     return a / b if b > 0 else 0.0
 
 
+def paired_ratio(numerator: Sequence[float | None], denominator: Sequence[float | None]) -> float:
+    """The median over rounds of one config's figure over another's in the same round
+    (rounds where either failed left out); 0 when no round has both."""
+    return median([a / b for a, b in zip(numerator, denominator, strict=True) if a and b])
+
+
+def _final(measurement: Mapping[str, Any]) -> list[float | None] | None:
+    rounds: list[float | None] | None = measurement.get("final")
+    return rounds
+
+
+def _judged_on_final(measurements: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the final set took every config the verdicts compare: the default, each
+    choice and at least one grid point."""
+    needed = [m for m in measurements if m["default"] or m["seeds"]]
+    leaders = [m for m in measurements if m["grid"] and _final(m)]
+    return bool(leaders) and all(_final(m) for m in needed)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Reading:
+    """How one workload's checker figures are read: a config's figure, and its ratio to
+    another config."""
+
+    final: bool
+    """True: the final set's rounds, ratios paired within a round; False: the first
+    set's medians."""
+
+    def figure(self, measurement: Mapping[str, Any]) -> float:
+        return float(measurement["final_median"] if self.final else measurement["median"])
+
+    def ratio(self, a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
+        if self.final:
+            return paired_ratio(a["final"], b["final"])
+        return _ratio(self.figure(a), self.figure(b))
+
+
 def _choice(
     search: Mapping[str, Any],
-    figure: float,
-    grid_best: float,
-    default: float,
+    measured: Mapping[str, Any] | None,
+    best: Mapping[str, Any] | None,
+    default: Mapping[str, Any] | None,
+    reading: _Reading,
+    first_best: float,
     space_cost_s: float,
 ) -> dict[str, Any]:
+    figure = reading.figure(measured) if measured else 0.0
     gap = outside_by(figure, search["interval"])
-    speedup = _ratio(figure, default)
+    speedup = reading.ratio(measured, default) if measured and default else 0.0
     speedup_gap = outside_by(speedup, search.get("speedup_interval"))
     return {
         "seed": search["seed"],
         "describe": search["describe"],
         "samples_per_s": figure,
-        "vs_grid": _ratio(figure, grid_best),
+        "vs_grid": reading.ratio(measured, best) if measured and best else 0.0,
+        "first_vs_grid": _ratio(measured["median"], first_best) if measured else 0.0,
         "vs_default": speedup,
         "is_default": search["is_default"],
         "search_s": search["wall_s"],
@@ -110,23 +159,30 @@ def assess(
 
     Args:
         measurements: every config the checker measured, with its ``median`` and its
-            roles (``grid``, ``default``, ``seeds``).
+            roles (``grid``, ``default``, ``seeds``); the finalists also with their
+            ``final`` rounds and ``final_median``.
         searches: every search, with its seed, ``interval``, ``wall_s``, ``space_size``
             and ``is_default``.
         rounds: the checker's rounds.
         measurement_s: the mean wall time of one checker measurement in this run.
     """
+    reading = _Reading(final=_judged_on_final(measurements))
     grid = [m for m in measurements if m["grid"]]
-    best = max(grid, key=lambda m: m["median"]) if grid else None
-    grid_best = best["median"] if best else 0.0
-    default = next((m["median"] for m in measurements if m["default"]), 0.0)
-    by_seed = {seed: m["median"] for m in measurements for seed in m["seeds"]}
+    first_best = max(grid, key=lambda m: m["median"]) if grid else None
+    candidates = [m for m in grid if _final(m)] if reading.final else grid
+    best = max(candidates, key=reading.figure) if candidates else None
+    grid_best = reading.figure(best) if best else 0.0
+    default_row = next((m for m in measurements if m["default"]), None)
+    default = reading.figure(default_row) if default_row else 0.0
+    by_seed = {seed: m for m in measurements for seed in m["seeds"]}
     choices = [
         _choice(
             search,
-            by_seed.get(search["seed"], 0.0),
-            grid_best,
-            default,
+            by_seed.get(search["seed"]),
+            best,
+            default_row,
+            reading,
+            first_best["median"] if first_best else 0.0,
             search["space_size"] * rounds * measurement_s,
         )
         for search in searches
@@ -138,6 +194,11 @@ def assess(
             "describe": best["describe"] if best else None,
             "settings": best["settings"] if best else None,
             "samples_per_s": grid_best,
+        },
+        "judged_on": "final rounds" if reading.final else "first rounds",
+        "first_grid_best": {
+            "describe": first_best["describe"] if first_best else None,
+            "samples_per_s": first_best["median"] if first_best else 0.0,
         },
         "grid_points": len(grid),
         "default_samples_per_s": default,

@@ -22,7 +22,7 @@ from autotune import SearchResult, Settings
 from autotune.machine._machine import Machine
 from autotune.probe import Figures, Window
 from autotune.space._space import build_space
-from benchmarks import _cli, _generalise, _generalise_report
+from benchmarks import _cli, _generalise, _generalise_report, _generalise_rounds
 from benchmarks._checker import CheckerError
 from benchmarks._generalise import (
     GeneraliseOptions,
@@ -37,7 +37,13 @@ from benchmarks._generalise_targets import assess, outside_by, space_size
 from benchmarks._workloads import find
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULES = ("_generalise", "_generalise_targets", "_generalise_report", "_generalise_plot")
+MODULES = (
+    "_generalise",
+    "_generalise_rounds",
+    "_generalise_targets",
+    "_generalise_report",
+    "_generalise_plot",
+)
 MACHINE = Machine(cpus=2, cpu_model="x", memory_bytes=2**30, shm_bytes=None, accelerator="cpu")
 
 
@@ -264,12 +270,18 @@ def run_fake_workload(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[s
 
     ticks = itertools.count()  # each measurement takes one second of this clock
     monkeypatch.setattr(autotune, "search", search)
-    monkeypatch.setattr(_generalise, "measure", measure)
-    monkeypatch.setattr(_generalise, "time", types.SimpleNamespace(perf_counter=ticks.__next__))
+    monkeypatch.setattr(_generalise_rounds, "measure", measure)
+    monkeypatch.setattr(
+        _generalise_rounds, "time", types.SimpleNamespace(perf_counter=ticks.__next__)
+    )
     options = GeneraliseOptions(rounds=3, trials=4, study_dir=tmp_path)
     section = run_workload(find(["compute-bound"])[0], options, MACHINE, lambda line: None)
     assert [s["seed"] for s in searched] == [1, 2, 3] and {s["trials"] for s in searched} == {4}
-    assert len(calls) == 3 * (2 + 22 * 2)  # the default (seed 3's too), seed 2's, two grids
+    first = 3 * (2 + 22 * 2)  # the default (seed 3's too), seed 2's, two grids
+    # then the final set: the default, seed 1's (a grid point) and seed 2's choices and the
+    # 3 leading grid points, in 5 rounds
+    assert len(calls) == first + 5 * 6
+    assert {s.key() for s in calls[first : first + 6]} == {s.key() for s in calls[-6:]}
     return section
 
 
@@ -312,7 +324,9 @@ def test_the_markdown_and_the_plot_show_every_choice(
         "| grid best | workers=2 prefetch=2 persistent=no batch=64 threads=1 | 352 (±0%) | 1.000 |"
         in table
     )
-    assert "| seed 3 (the default) | workers=0 batch=32 | 100 (±0%) | 0.284 | 1.00 |" in table
+    assert (
+        "| seed 3 (the default) | workers=0 batch=32 | 100 (±0%) | 0.284 | 0.284 | 1.00 |" in table
+    )
     assert "| 100 samples/s (95-105 over 3 rounds) | yes | 0 | 0.000 |" in table
     assert "3.20x (3.00-3.40, 3 rounds) | no, 3.5% above |" in table
     assert (
@@ -393,6 +407,10 @@ def test_the_plot_is_well_formed_with_one_mark_per_choice_even_for_odd_names() -
         ["--generalise", "--agreement"],
         ["generalise", "--workloads", "tape-drive"],
         ["generalise", "--merge", "no-such-results.json"],
+        ["generalise", "--rejudge", "no-such-results.json"],
+        ["generalise", "--final-rounds", "2"],
+        ["--final-rounds", "5"],  # a flag of the mode without it
+        ["agreement", "--rejudge", "results.json"],
         ["generalise", "--epoch-scale", "2"],  # the online comparison's
         ["--generalise", "--online"],
         ["online", "--seeds", "2"],
