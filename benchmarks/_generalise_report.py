@@ -99,12 +99,20 @@ def _percent(value: float) -> str:
 
 
 def _inside(choice: Mapping[str, Any]) -> str:
+    """Whether the plain loop's figure lies in the samples/s interval autotune printed,
+    and its speedup over the default in the printed speedup's interval (a ratio, which
+    holds where the machine's speed moved between the search and the checker)."""
     gap = choice["outside_by"]
     if gap is None:
-        return "no interval"
-    if gap == 0.0:
-        return "yes"
-    return f"no, {abs(gap):.1%} {'below' if gap < 0 else 'above'}"
+        text = "no interval"
+    elif gap == 0.0:
+        text = "yes"
+    else:
+        text = f"no, {abs(gap):.1%} {'below' if gap < 0 else 'above'}"
+    speedup = choice.get("speedup_inside")
+    if speedup is None:
+        return text
+    return f"{text}; speedup {'inside' if speedup else 'outside'}"
 
 
 def _figure_cell(measurement: Mapping[str, Any] | None, value: float, final: bool) -> str:
@@ -314,6 +322,18 @@ def _header(results: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def _rejudged_note(results: Mapping[str, Any]) -> list[str]:
+    if "rejudged_from" not in results:
+        return []
+    return [
+        "> Judged again: the searches and the first set of rounds are an earlier run's, the "
+        "final set was measured now. The samples/s interval each search printed comes from "
+        'the machine\'s state at that earlier time, so "inside?" compares figures taken hours '
+        "apart; the speedup over the default, a ratio, is the comparable check.",
+        "",
+    ]
+
+
 def _departure_note(options: Mapping[str, Any]) -> list[str]:
     found = departures(options)
     if not found:
@@ -331,6 +351,7 @@ def document(results: Mapping[str, Any], json_name: str, svg_name: str) -> str:
         f"Every figure is in [{json_name}]({json_name}).",
         "",
         *_departure_note(results["options"]),
+        *_rejudged_note(results),
         f"![each choice against the grid]({svg_name})",
         "",
         _reading(results["options"]),

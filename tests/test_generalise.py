@@ -328,7 +328,7 @@ def test_the_markdown_and_the_plot_show_every_choice(
         "| seed 3 (the default) | workers=0 batch=32 | 100 (±0%) | 0.284 | 0.284 | 1.00 |" in table
     )
     assert "| 100 samples/s (95-105 over 3 rounds) | yes | 0 | 0.000 |" in table
-    assert "3.20x (3.00-3.40, 3 rounds) | no, 3.5% above |" in table
+    assert "3.20x (3.00-3.40, 3 rounds) | no, 3.5% above; speedup outside |" in table
     assert (
         "| seed 1 | workers=2 prefetch=2 persistent=yes batch=32 threads=1 | 320 (±0%) | 0.909 |"
         in table

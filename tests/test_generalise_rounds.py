@@ -241,3 +241,6 @@ def test_rejudge_measures_the_final_set_of_an_earlier_run_and_writes_its_verdict
     document = out.with_suffix(".md").read_text()
     assert "autotune at 0123456, judged again with a final set of rounds at" in document
     assert "The final set. Those rounds pick the 3 leading grid points" in document
+    assert "> Judged again: the searches and the first set of rounds are an earlier run's" in (
+        document
+    )
