@@ -16,6 +16,7 @@ import dataclasses
 import datetime
 import sys
 from pathlib import Path
+from typing import Any
 
 from autotune.machine._machine import detect_machine
 from benchmarks import _generalise, _generalise_report, _generalise_rounds, _generalise_targets
@@ -123,25 +124,29 @@ def main(args: argparse.Namespace) -> int:
             run_options, workloads = _prepare(args)
     except ValueError as error:
         wrong = str(error)
+    if wrong is None and (args.merge or args.rejudge):
+        try:
+            earlier = _generalise_report.merge(args.merge or args.rejudge)
+        except (ValueError, KeyError) as error:
+            wrong = f"{'--merge' if args.merge else '--rejudge'}: {error}"
     if wrong is not None:
         print(f"python -m benchmarks: {wrong}", file=sys.stderr)
         return 2
     if args.merge:
-        merged = _generalise_report.merge(args.merge)
+        merged = earlier
         path = results_path(args.out, "generalise-merged", datetime.datetime.now(), STAMP)
         written = _generalise_report.write(merged, path)
         print(f"written: {', '.join(str(p) for p in written)}", file=sys.stderr)
         return 0
     if args.rejudge:
-        return _rejudge(args, run_options)
+        return _rejudge(args, run_options, earlier)
     return _run(args, run_options, workloads)
 
 
-def _rejudge(args: argparse.Namespace, run_options: GeneraliseOptions) -> int:
+def _rejudge(args: argparse.Namespace, run_options: GeneraliseOptions, old: dict[str, Any]) -> int:
     """The final set of rounds over the searches and first rounds of earlier runs,
     measured now and judged again; the first rounds' options (seconds, warm-up, the plain
     loop's seed) are the earlier run's, so the final set measures alike."""
-    old = _generalise_report.merge(args.rejudge)
     sections = {s["name"]: s for s in old["workloads"] if "error" not in s}
     asked = {n.strip() for n in args.workloads.split(",") if n.strip()} - {"all"}
     workloads = [w for w in find(list(sections)) if not asked or w.name in asked]
@@ -161,7 +166,7 @@ def _rejudge(args: argparse.Namespace, run_options: GeneraliseOptions) -> int:
     )
     header = {key: old[key] for key in ("targets",) if key in old}
     check = Check(
-        name="generalise-rejudged",
+        name=_generalise_report.MODES[1],
         header={
             **header,
             "options": {

@@ -18,6 +18,8 @@ HEADER = (
     "| config | settings | plain loop samples/s (spread) | × grid best | × grid best (first) | "
     "× default | autotune printed | inside? | search s | × space cost |"
 )
+MODES = ("generalise", "generalise-rejudged")
+"""The results files this module reads: a run's, and a run judged again (``--rejudge``)."""
 TARGET_COLUMNS = (
     "median choice ≥ 0.97 × grid best",
     "worst ≥ 0.93",
@@ -302,6 +304,13 @@ def _commit(run: Mapping[str, Any]) -> str:
     return (run.get("commit") or "?")[:7] + ("+dirty" if run.get("dirty") else "")
 
 
+def _wall(results: Mapping[str, Any], runs: int) -> str:
+    minutes = f"{results.get('wall_s', 0) / 60:.0f} min"
+    if "rejudged_from" in results:
+        return f"the final set of rounds {minutes}"
+    return f"{minutes} in all" + (f" over {runs} runs" if runs > 1 else "")
+
+
 def _header(results: Mapping[str, Any]) -> list[str]:
     machine, options = results["machine"], results["options"]
     versions = results.get("versions", {})
@@ -316,8 +325,7 @@ def _header(results: Mapping[str, Any]) -> list[str]:
         f"({machine['cpu_model']}), {gpus}; torch {versions.get('torch', '?')}, autotune at "
         f"{', '.join(commits)}; {options['seeds']} search(es) per workload ({budget}); the "
         f"plain loop {options['rounds']} rounds of {options['seconds']:g} s; "
-        f"{results.get('wall_s', 0) / 60:.0f} min in all"
-        + (f" over {len(runs)} runs" if len(runs) > 1 else "")
+        + _wall(results, len(runs))
         + ".",
     ]
 
@@ -398,9 +406,13 @@ def merge(paths: Sequence[Path]) -> dict[str, Any]:
     """
     runs = []
     for path in paths:
-        data = json.loads(path.read_text())
-        if data.get("mode") != "generalise":
-            raise ValueError(f"{path} holds mode {data.get('mode')!r}; expected 'generalise'.")
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path} is not JSON ({error}); expected a results file.") from None
+        if not isinstance(data, dict) or data.get("mode") not in MODES:
+            mode = data.get("mode") if isinstance(data, dict) else None
+            raise ValueError(f"{path} holds mode {mode!r}; expected one of {', '.join(MODES)}.")
         runs.append((path, data))
     sections: dict[str, dict[str, Any]] = {}
     for _, data in runs:

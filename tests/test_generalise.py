@@ -408,6 +408,9 @@ def test_the_plot_is_well_formed_with_one_mark_per_choice_even_for_odd_names() -
         ["generalise", "--workloads", "tape-drive"],
         ["generalise", "--merge", "no-such-results.json"],
         ["generalise", "--rejudge", "no-such-results.json"],
+        ["generalise", "--merge", "README.md"],  # not JSON
+        ["generalise", "--rejudge", "pyproject.toml"],
+        ["generalise", "--merge", "README.md", "--rejudge", "README.md"],
         ["generalise", "--final-rounds", "2"],
         ["--final-rounds", "5"],  # a flag of the mode without it
         ["agreement", "--rejudge", "results.json"],
