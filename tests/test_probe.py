@@ -98,8 +98,11 @@ def test_compute_mode_trains_on_held_batches_with_no_worker_alive() -> None:
         )
     )
     assert result.ok, result.failure
-    # Four times what the loader could deliver (80 samples/s): it was not in the way.
-    assert result.figures.samples_per_s > 4 * 80
+    # The loader alone delivers at most 40 samples/s (2 workers, 4 items of 50 ms a
+    # batch); three times that shows it was not in the way. Not a speed target: the model
+    # alone trains far faster on an idle machine, but read 179 samples/s in a CI run while
+    # the other test process held both cores.
+    assert result.figures.samples_per_s > 3 * 40
     assert result.figures.wait_fraction < 0.05
 
 
