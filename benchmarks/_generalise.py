@@ -32,13 +32,13 @@ from typing import TYPE_CHECKING, Any, cast
 from autotune import Settings
 from autotune.settings._settings import TORCH_PREFETCH
 from benchmarks._agreement import Searched, run_search, study_folder
-from benchmarks._checker import median, spread
 from benchmarks._generalise_rounds import (
     FINAL_ROUNDS,
     LEADERS,
     RoundsOptions,
     measure_final,
     measure_rounds,
+    summary,
 )
 from benchmarks._generalise_targets import assess, space_size
 from benchmarks._verdicts import Verdict
@@ -391,7 +391,7 @@ def judge_again(
 
 
 def _measurement(planned: Planned, rates: list[float | None], errors: list[str]) -> dict[str, Any]:
-    figures = [r for r in rates if r is not None]
+    middle, half_range = summary(rates)
     return {
         "settings": planned.settings.to_dict(),
         "describe": planned.settings.describe(),
@@ -399,7 +399,7 @@ def _measurement(planned: Planned, rates: list[float | None], errors: list[str])
         "seeds": list(planned.seeds),
         "grid": planned.grid,
         "rounds": rates,
-        "median": median(figures),
-        "spread": spread(figures),
+        "median": middle,
+        "spread": half_range,
         "errors": errors,
     }

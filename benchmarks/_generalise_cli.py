@@ -143,6 +143,16 @@ def main(args: argparse.Namespace) -> int:
     return _run(args, run_options, workloads)
 
 
+def _targets() -> dict[str, float]:
+    """The bounds the verdicts are judged by, as a results file records them."""
+    return {
+        "median_vs_grid": _generalise_targets.MEDIAN_VS_GRID,
+        "worst_vs_grid": _generalise_targets.WORST_VS_GRID,
+        "vs_default": _generalise_targets.VS_DEFAULT,
+        "search_vs_space": _generalise_targets.SEARCH_VS_SPACE,
+    }
+
+
 def _rejudge(args: argparse.Namespace, run_options: GeneraliseOptions, old: dict[str, Any]) -> int:
     """The final set of rounds over the searches and first rounds of earlier runs,
     measured now and judged again; the first rounds' options (seconds, warm-up, the plain
@@ -164,11 +174,10 @@ def _rejudge(args: argparse.Namespace, run_options: GeneraliseOptions, old: dict
         warmup=earlier["warmup"],
         plain_seed=earlier["plain_seed"],
     )
-    header = {key: old[key] for key in ("targets",) if key in old}
     check = Check(
         name=_generalise_report.MODES[1],
         header={
-            **header,
+            "targets": _targets(),
             "options": {
                 **earlier,
                 "final_rounds": options.final_rounds,
@@ -194,12 +203,7 @@ def _run(
         name="generalise",
         header={
             "options": run_options.to_dict(),
-            "targets": {
-                "median_vs_grid": _generalise_targets.MEDIAN_VS_GRID,
-                "worst_vs_grid": _generalise_targets.WORST_VS_GRID,
-                "vs_default": _generalise_targets.VS_DEFAULT,
-                "search_vs_space": _generalise_targets.SEARCH_VS_SPACE,
-            },
+            "targets": _targets(),
         },
         run=lambda workload, say: _generalise.run_workload(workload, run_options, machine, say),
         table=_generalise_report.markdown,

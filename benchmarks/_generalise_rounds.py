@@ -57,6 +57,12 @@ class Measured:
     """Wall seconds of every measurement, failed ones included."""
 
 
+def summary(rates: Sequence[float | None]) -> tuple[float, float]:
+    """The median and the spread of a config's rounds, failed rounds left out."""
+    figures = [r for r in rates if r is not None]
+    return median(figures), spread(figures)
+
+
 def measure_rounds(
     config: Path,
     settings_list: Sequence[Settings],
@@ -135,11 +141,8 @@ def measure_final(
     )
     updated = [dict(m) for m in measurements]
     for index, rates, errors in zip(picked, measured.rates, measured.errors, strict=True):
-        figures = [r for r in rates if r is not None]
+        middle, half_range = summary(rates)
         updated[index].update(
-            final=rates,
-            final_median=median(figures),
-            final_spread=spread(figures),
-            final_errors=errors,
+            final=rates, final_median=middle, final_spread=half_range, final_errors=errors
         )
     return updated, measured.walls

@@ -238,6 +238,7 @@ def test_rejudge_measures_the_final_set_of_an_earlier_run_and_writes_its_verdict
     assert workload["figures"]["choices"][0]["vs_grid"] == pytest.approx(0.99)
     assert workload["checker"]["final_rounds"] == 3
     assert again["rejudged_from"][0]["commit"] == "0123456789"
+    assert again["targets"]["median_vs_grid"] == 0.97  # the bounds it was judged by now
     document = out.with_suffix(".md").read_text()
     assert "autotune at 0123456, judged again with a final set of rounds at" in document
     assert "The final set. Those rounds pick the 3 leading grid points" in document
