@@ -6,13 +6,16 @@ from __future__ import annotations
 import pytest
 
 from autotune import Settings
+from autotune.decide._choose import Candidate
 from autotune.decide._rounds import (
     Rounds,
     beats_default,
     beats_every_round,
+    fastest,
     paired_ratios,
     relative_spread,
     round_noise,
+    side_by_side,
     verdict,
 )
 from autotune.probe import Figures, Measurement, Window
@@ -58,17 +61,39 @@ def test_a_config_is_its_median_round() -> None:
     assert measured(workers(2), 100, 300, 120, 200).typical().samples_per_s == 120  # lower middle
 
 
-def test_the_noise_is_the_median_half_range_over_configs() -> None:
+def test_the_noise_is_the_spread_of_ratios_to_the_fastest_round_by_round() -> None:
     assert relative_spread([90, 100, 110]) == pytest.approx(0.1)
     assert relative_spread([100]) is None
     configs = [
-        measured(workers(1), 90, 100, 110),  # 10%
-        measured(workers(2), 80, 100, 120),  # 20%
-        measured(workers(3), 99, 100, 101),  # 1%
+        measured(workers(1), 100, 200, 100),  # the fastest; round 2 ran on a faster machine
+        measured(workers(2), 90, 180, 90),  # 0.9 of it in every round: no noise
+        measured(workers(3), 80, 200, 80),  # 0.8, 1.0, 0.8: half the range 0.1 over 0.8
         measured(workers(4), 10, None, 1000),  # a failed round: not counted
     ]
-    assert round_noise(configs) == pytest.approx(0.1)
-    assert round_noise([measured(workers(1), 100)]) == 0.0
+    assert fastest(configs) is configs[0]
+    assert round_noise(configs) == pytest.approx((0.0 + 0.125) / 2)
+    # Nothing to compare: one config, or none complete.
+    assert round_noise([measured(workers(1), 90, 110)]) == 0.0
+    assert round_noise([measured(workers(1), 100, None), measured(workers(2), 90, 110)]) == 0.0
+    assert fastest([measured(workers(1), None)]) is None
+
+
+def test_a_drift_that_moves_every_config_alike_is_not_noise() -> None:
+    # The machine doubles its speed over three rounds; the cheaper config is 10% slower
+    # in every one. Absolute spreads would read +-33% and tie them.
+    faster = measured(workers(8), 1000, 1500, 2000)
+    cheaper = measured(workers(2), 900, 1350, 1800)
+    assert relative_spread(faster.rates) == pytest.approx(1 / 3)
+    assert round_noise([faster, cheaper]) == pytest.approx(0.0)
+    assert side_by_side([faster, cheaper]) == [
+        Candidate(faster.settings, 1500.0),
+        Candidate(cheaper.settings, pytest.approx(1350.0)),
+    ]
+    assert verdict([faster, cheaper], None, band=0.03, user_batch=32) is faster
+    # Side by side, a config ahead in every round is ahead, whatever its median.
+    ahead = measured(workers(4), 1010, 1515, 900)  # 1% ahead twice, far behind once
+    pair = side_by_side([faster, ahead])
+    assert pair[1].samples_per_s == pytest.approx(1500 * 1.01)
 
 
 def test_the_default_wins_when_every_finalist_is_slower() -> None:
@@ -119,7 +144,8 @@ def test_the_spread_of_two_rounds_counts_and_small_rates_too() -> None:
     assert relative_spread([90, 110]) == pytest.approx(0.1)
     assert relative_spread([0.5, 1.5]) == pytest.approx(0.5)  # a large model: < 1 sample/s
     assert relative_spread([0, 0]) is None  # nothing measured: no spread, no division by 0
-    assert round_noise([measured(workers(1), 90, 110)]) == pytest.approx(0.1)
+    pair = [measured(workers(1), 100, 100), measured(workers(2), 90, 110)]
+    assert round_noise(pair) == pytest.approx(0.1)
 
 
 def test_beating_the_default_means_beyond_the_band_not_at_it() -> None:

@@ -4,9 +4,13 @@ in interleaved rounds, a median per config, the noise between rounds, and the ve
 Pure functions over the rounds' figures, so the rule is testable alone:
 
 - each config's figure is the median of its rounds;
-- the noise is what the rounds themselves show: for each config measured in two
-  rounds or more, half its range over its median (how far a round strays from the
-  middle), and the median of that over the configs;
+- configs are compared side by side: each round measures every config, so a config's
+  figure beside the fastest (the highest median) is the median of its per-round ratios
+  to it. A round that slowed the whole machine slowed every config alike and cancels
+  out; an absolute spread would count that drift as noise and tie configs that were
+  apart in every round;
+- the noise is what those ratios show: for each complete config but the fastest, half
+  the range of its ratios over their median, and the median of that over the configs;
 - the band is the larger of the tolerance and that noise;
 - the speedup over the default is the median of the per-round ratios (each round
   measures both side by side), its interval their range;
@@ -77,15 +81,45 @@ def relative_spread(rates: Sequence[float]) -> float | None:
     return (max(rates) - min(rates)) / (2 * middle)
 
 
+def fastest(configs: Sequence[Rounds]) -> Rounds | None:
+    """The complete config with the highest median (the first of equals); None if none."""
+    complete = [r for r in configs if r.complete]
+    return max(complete, key=lambda r: r.median) if complete else None
+
+
 def round_noise(configs: Sequence[Rounds]) -> float:
-    """The noise between rounds: the median of each complete config's relative spread
-    (0.0 when no config was measured twice)."""
+    """The noise between rounds, side by side: the median over the complete configs but
+    the fastest of the relative spread of their per-round ratios to the fastest (0.0
+    when no two complete configs were measured in two rounds)."""
+    reference = fastest(configs)
     spreads = [
         spread
         for rounds in configs
-        if rounds.complete and (spread := relative_spread(rounds.rates)) is not None
+        if rounds.complete
+        and rounds is not reference
+        and reference is not None
+        and (spread := relative_spread(paired_ratios(rounds, reference))) is not None
     ]
     return statistics.median(spreads) if spreads else 0.0
+
+
+def side_by_side(configs: Sequence[Rounds]) -> list[Candidate]:
+    """Each complete config's figure as measured beside the fastest: the fastest's median
+    times the median of the config's per-round ratios to it (the fastest, and a config
+    with no round to compare, keep their own median)."""
+    reference = fastest(configs)
+    candidates = []
+    for rounds in configs:
+        if not rounds.complete:
+            continue
+        ratios = (
+            () if reference is None or rounds is reference else paired_ratios(rounds, reference)
+        )
+        figure = (
+            reference.median * statistics.median(ratios) if ratios and reference else rounds.median
+        )
+        candidates.append(Candidate(rounds.settings, figure))
+    return candidates
 
 
 def verdict(
@@ -97,7 +131,7 @@ def verdict(
 ) -> Rounds:
     """The config to recommend: the default unless a finalist beats it
     (:func:`beats_default`); otherwise the cheapest of those within ``band`` of the
-    fastest.
+    fastest, side by side (:func:`side_by_side`).
 
     Only complete configs count (a failed round's figures are never used).
 
@@ -110,8 +144,7 @@ def verdict(
         if default is not None and has_default:
             return default
         raise ValueError("no config was measured in every round")
-    candidates = [Candidate(r.settings, r.median) for r in complete]
-    near = within(candidates, band)
+    near = within(side_by_side(complete), band)
     if default is not None and has_default:
         by_settings = {r.settings.key(): r for r in complete}
         near = [c for c in near if beats_default(by_settings[c.settings.key()], default, band)]
