@@ -16,6 +16,7 @@ from autotune.decide._choose import Candidate
 from autotune.decide._confirm import (
     confirm,
     explored_candidates,
+    persistent_twins,
     same_as_default,
     without_workers,
 )
@@ -503,3 +504,39 @@ def test_the_loader_without_workers_is_left_out_when_it_is_the_default_in_effect
             default_threads=default_threads,
         )  # fmt: skip
         assert (twin.key() in backend.orders[0]) is joins
+
+
+def fresh(n: int) -> Settings:
+    """``n`` workers started anew every epoch: :func:`workers` is its persistent twin."""
+    return Settings(batch_size=32, num_workers=n, prefetch_factor=2)
+
+
+def test_the_fastest_finalists_are_confirmed_beside_their_persistent_twins() -> None:
+    explored = [
+        Candidate(fresh(4), 1000.0),
+        Candidate(fresh(2), 995.0),
+        Candidate(fresh(1), 990.0),
+        Candidate(workers(3), 985.0),  # persistent already
+    ]
+    progress = Recorded()
+    # Exploration never measured a persistent 4: it is the fastest by 20% in every round.
+    backend, confirmed = run(
+        lambda s, r: 1200.0 if s == workers(4) else 1000.0, explored=explored, progress=progress
+    )
+    order = backend.orders[0]
+    assert workers(4).key() in order and workers(2).key() in order
+    assert workers(1).key() not in order  # two twins at most, of the fastest
+    assert order[-1] == DEFAULT.key()
+    assert confirmed.winner.settings == workers(4)
+    assert sum("the persistent twin of a finalist" in m for m in progress.messages) == 2
+
+
+def test_persistent_twins_need_workers_a_fresh_start_and_room_in_the_space() -> None:
+    space = plan().space
+    ranked = [Candidate(fresh(1), 900.0), Candidate(fresh(4), 1000.0), Candidate(fresh(2), 950.0)]
+    assert persistent_twins(ranked, space) == [workers(4), workers(2)]  # fastest first
+    assert persistent_twins([Candidate(fresh(1), 900.0)], space) == [workers(1)]
+    assert persistent_twins([Candidate(workers(2), 1000.0)], space) == []
+    assert persistent_twins([Candidate(DEFAULT, 1000.0)], space) == []
+    fixed = build_space({"threads": None, "persistent_workers": False}, detect_machine(None), 32)
+    assert persistent_twins(ranked, fixed) == []

@@ -139,10 +139,11 @@ def _finalist_settings(
     baseline: Settings,
     default_threads: int | None,
 ) -> list[Settings]:
-    """The finalists, and the leader's loader without workers when it trains at its compute
-    ceiling; never the default loader, which every round measures anyway (measured twice,
-    it could beat itself and be recommended as if it were not the default), nor a config
-    that is the default in effect (its threads spelled out as torch's default)."""
+    """The finalists, the leader's loader without workers when it trains at its compute
+    ceiling, and the persistent twins of the fastest finalists; never the default loader,
+    which every round measures anyway (measured twice, it could beat itself and be
+    recommended as if it were not the default), nor a config that is the default in
+    effect (its threads spelled out as torch's default)."""
     tolerance = plan.options.tolerance
     chosen = finalists(explored, tolerance, plan.options.finalists, user_batch=baseline.batch_size)
     configs = [
@@ -159,7 +160,40 @@ def _finalist_settings(
             "without workers is confirmed beside it"
         )
         configs.append(lighter)
+    for twin in persistent_twins(chosen, plan.space):
+        if twin.key() not in {s.key() for s in configs}:
+            progress.message(
+                f"{twin.describe()}: the persistent twin of a finalist, confirmed beside it"
+            )
+            configs.append(twin)
     return configs
+
+
+TWINS = 2
+"""At most this many persistent twins are confirmed (each costs a probe a round)."""
+
+
+def persistent_twins(chosen: list[Candidate], space: Space) -> list[Settings]:
+    """The same loaders with persistent workers, for the fastest finalists (up to
+    :data:`TWINS`) whose workers are started anew every epoch, where the space allows it.
+
+    Keeping the workers alive between epochs cannot slow the steady state (it costs their
+    memory, which the cost order weighs), and it saves starting them at every epoch: on a
+    dataset read in well under a second, that is most of the time. Exploration samples
+    the knob on its own and prunes on single windows, so the twin of a leading config
+    may never have been measured.
+    """
+    twins: list[Settings] = []
+    for candidate in sorted(chosen, key=lambda c: -c.samples_per_s):
+        settings = candidate.settings
+        if settings.num_workers == 0 or settings.persistent_workers:
+            continue
+        twin = dataclasses.replace(settings, persistent_workers=True)
+        if space.contains(twin) and twin not in twins:
+            twins.append(twin)
+        if len(twins) == TWINS:
+            break
+    return twins
 
 
 def without_workers(
