@@ -179,6 +179,40 @@ def test_ctrl_c_in_the_python_api(places) -> None:
     places.check_nothing_else_written()
 
 
+class LostCtrlC(CtrlCDuring):
+    """Ctrl-C whose KeyboardInterrupt Python drops: the signal's handler runs while a
+    finalizer (``__del__``) runs, and an exception raised there is printed as "Exception
+    ignored" and lost. The search must stop all the same."""
+
+    def window(self, number, window, value) -> None:
+        if number == self.number and self.sent is None:
+            assert threading.current_thread() is threading.main_thread()
+            self.sent = time.monotonic()
+            _SignalledInFinalizer()  # collected at once: its __del__ takes the signal
+
+
+class _SignalledInFinalizer:
+    def __del__(self) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:  # the handler runs in here, its raise is lost
+            pass
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_ctrl_c_lost_in_a_finalizer_still_stops_the_search(places) -> None:
+    keywords = api_keywords(LONG, ("--study", str(places.study)))
+    progress = LostCtrlC(number=1)
+    with pytest.raises(KeyboardInterrupt):
+        autotune.search(**keywords, progress=progress)
+    assert progress.sent is not None
+    assert time.monotonic() - progress.sent < 10
+    trials = study_trials(places.study)
+    assert progress.finished == {0, 1}  # the trial it cut short is shown, then no other
+    assert [t.state for t in trials][1:] == ["FAIL"]
+    assert trials[1].failure.kind == "interrupted"
+
+
 def test_sigkill_of_the_search(tmp_path, monkeypatch, capsys) -> None:
     """Through both drivers at once, each in a place of its own."""
     places = {driver: Places(tmp_path / driver).make() for driver in DRIVERS}

@@ -121,8 +121,10 @@ def _measure_round(
 @contextlib.contextmanager
 def _interrupts(objective: Objective) -> Iterator[None]:
     """On Ctrl-C, tell trials running in Optuna's threads to stop at their next window
-    (the main thread's KeyboardInterrupt waits for them), then interrupt as usual."""
-    if objective.pool is None or threading.current_thread() is not threading.main_thread():
+    (the main thread's KeyboardInterrupt waits for them), then interrupt as usual; and
+    interrupt on the way out if that KeyboardInterrupt was lost (Python drops one raised
+    while a finalizer runs: :meth:`Objective.after` raises it again after the trial)."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = signal.getsignal(signal.SIGINT)
@@ -142,3 +144,5 @@ def _interrupts(objective: Objective) -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+    if objective.interrupted.is_set():  # the handler's KeyboardInterrupt was lost
+        raise KeyboardInterrupt

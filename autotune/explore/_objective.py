@@ -31,7 +31,8 @@ class Objective:
         self.rules = TrialRules(plan, exploring=exploring, backend="optuna")
         self.pool = SlotPool(plan.slots) if plan.slots else None
         self.interrupted = threading.Event()
-        """Set on Ctrl-C while trials run in threads: they stop at their next window."""
+        """Set on Ctrl-C: running trials stop at their next window, and the search after
+        them (even if the KeyboardInterrupt itself was lost)."""
         self.stopped = False
         """Set when the rules end exploration: a fatal failure, or nothing new to learn."""
 
@@ -91,8 +92,17 @@ class Objective:
             yield slot
 
     def after(self, study: optuna.Study, frozen: FrozenTrial) -> None:
-        """Optuna callback: show the trial, and stop on a failure every config shares."""
-        if self.rules.after(study, frozen):
+        """Optuna callback: show the trial, and stop on a failure every config shares.
+
+        Raises:
+            KeyboardInterrupt: Ctrl-C was pressed during the trial. Its own
+                KeyboardInterrupt may never have come: Python drops an exception raised
+                while a finalizer runs, the signal handler's included.
+        """
+        stop = self.rules.after(study, frozen)
+        if self.interrupted.is_set():
+            raise KeyboardInterrupt
+        if stop:
             self.stopped = True
             study.stop()
 
