@@ -537,6 +537,10 @@ def test_persistent_twins_need_workers_a_fresh_start_and_room_in_the_space() -> 
     assert persistent_twins(ranked, space) == [workers(4), workers(2)]  # fastest first
     assert persistent_twins([Candidate(fresh(1), 900.0)], space) == [workers(1)]
     assert persistent_twins([Candidate(workers(2), 1000.0)], space) == []
+    # A faster finalist that has no twin does not hide the slower ones' twins.
+    assert persistent_twins([Candidate(workers(2), 1000.0), Candidate(fresh(1), 9.0)], space) == [
+        workers(1)
+    ]
     assert persistent_twins([Candidate(DEFAULT, 1000.0)], space) == []
     fixed = build_space({"threads": None, "persistent_workers": False}, detect_machine(None), 32)
     assert persistent_twins(ranked, fixed) == []

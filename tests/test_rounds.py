@@ -94,6 +94,16 @@ def test_a_drift_that_moves_every_config_alike_is_not_noise() -> None:
     ahead = measured(workers(4), 1010, 1515, 900)  # 1% ahead twice, far behind once
     pair = side_by_side([faster, ahead])
     assert pair[1].samples_per_s == pytest.approx(1500 * 1.01)
+    # A config with a failed round has no figure, wherever it stands; nothing complete,
+    # nothing at all; a reference that measured nothing leaves the medians as they are.
+    broken = measured(workers(3), 5000, None, 5000)
+    assert [c.settings for c in side_by_side([broken, faster, cheaper])] == [
+        faster.settings,
+        cheaper.settings,
+    ]
+    assert side_by_side([broken]) == []
+    idle = [measured(workers(1), 0, 0), measured(workers(2), 0, 0)]
+    assert [c.samples_per_s for c in side_by_side(idle)] == [0.0, 0.0]
 
 
 def test_the_default_wins_when_every_finalist_is_slower() -> None:

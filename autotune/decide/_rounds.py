@@ -108,16 +108,14 @@ def side_by_side(configs: Sequence[Rounds]) -> list[Candidate]:
     times the median of the config's per-round ratios to it (the fastest, and a config
     with no round to compare, keep their own median)."""
     reference = fastest(configs)
+    if reference is None:
+        return []
     candidates = []
     for rounds in configs:
         if not rounds.complete:
             continue
-        ratios = (
-            () if reference is None or rounds is reference else paired_ratios(rounds, reference)
-        )
-        figure = (
-            reference.median * statistics.median(ratios) if ratios and reference else rounds.median
-        )
+        ratios = paired_ratios(rounds, reference)  # all 1.0 for the fastest itself
+        figure = reference.median * statistics.median(ratios) if ratios else rounds.median
         candidates.append(Candidate(rounds.settings, figure))
     return candidates
 
