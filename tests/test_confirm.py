@@ -16,6 +16,7 @@ from autotune.decide._choose import Candidate
 from autotune.decide._confirm import (
     confirm,
     explored_candidates,
+    most_confirmed,
     persistent_twins,
     same_as_default,
     without_workers,
@@ -544,3 +545,15 @@ def test_persistent_twins_need_workers_a_fresh_start_and_room_in_the_space() -> 
     assert persistent_twins([Candidate(DEFAULT, 1000.0)], space) == []
     fixed = build_space({"threads": None, "persistent_workers": False}, detect_machine(None), 32)
     assert persistent_twins(ranked, fixed) == []
+
+
+def test_a_confirming_round_measures_at_most_most_confirmed_configs() -> None:
+    # Eight loaders at batch 64 whose workers start every epoch, all within the band, the
+    # leader at its compute ceiling: every kind of extra config joins.
+    def fresh64(n: int) -> Settings:
+        return Settings(batch_size=64, num_workers=n, prefetch_factor=2)
+
+    explored = [Candidate(fresh64(n), 1000.0 - n) for n in range(1, 9)]
+    backend, _ = run(lambda s, r: 1000.0, explored=explored, bounds=ceiling_at(1000.0, fresh64(1)))
+    limit = SearchOptions().finalists
+    assert len(backend.orders[0]) == most_confirmed(limit) == 2 * limit + 4

@@ -8,7 +8,7 @@ import dataclasses
 
 import optuna
 
-from autotune.decide._choose import Candidate, cheapest_within, finalists
+from autotune.decide._choose import OVERLAP_FACTOR, Candidate, cheapest_within, finalists
 from autotune.decide._rounds import Rounds, paired_ratios, round_noise, verdict
 from autotune.explore import Backend, ExplorePlan
 from autotune.explore._bounds import Bounds
@@ -171,6 +171,13 @@ def _finalist_settings(
 
 TWINS = 2
 """At most this many persistent twins are confirmed (each costs a probe a round)."""
+
+
+def most_confirmed(limit: int) -> int:
+    """The most configs a confirming round measures for a ``limit`` of finalists: up to
+    ``OVERLAP_FACTOR`` x ``limit`` finalists where their figures overlap, the leader's
+    loader without workers, the persistent twins, and the default loader."""
+    return OVERLAP_FACTOR * limit + 1 + TWINS + 1
 
 
 def persistent_twins(chosen: list[Candidate], space: Space) -> list[Settings]:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune._format import format_duration
+from autotune.decide._confirm import most_confirmed
 from autotune.pipeline._setup import Setup, inputs, prepare
 from autotune.workload._options import SearchOptions
 
@@ -76,7 +77,7 @@ def _estimate(options: SearchOptions, space_size: int, slots: int) -> str:
     explore = min(options.trials, space_size) * full
     if options.timeout is not None:
         explore = min(explore, options.timeout + full)
-    confirm = (options.finalists + 1) * options.rounds * full
+    confirm = most_confirmed(options.finalists) * options.rounds * full
     ceilings = CEILING_PROBES * full if options.ceilings else 0.0
     total = bounds + (explore + confirm) / max(1, slots) + ceilings
     return (
