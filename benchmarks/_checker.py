@@ -137,8 +137,8 @@ def measure_interleaved(
     seed: int = 0,
     say: Say | None = None,
 ) -> list[list[float]]:
-    """Measure every config once per round, in the same order each round (A B C, A B C,
-    ...), so a machine that drifts moves all alike; each measurement is a new process.
+    """Measure every config once per round, in :func:`round_order` (A B C, C B A, ...),
+    so a machine that drifts moves all alike; each measurement is a new process.
 
     Returns:
         Each config's samples/s, one per round: ``result[config][round]``.
@@ -148,7 +148,8 @@ def measure_interleaved(
     """
     figures: list[list[float]] = [[] for _ in settings_list]
     for round_number in range(1, rounds + 1):
-        for index, settings in enumerate(settings_list):
+        for index in round_order(len(settings_list), round_number):
+            settings = settings_list[index]
             rate = measure(
                 config_path,
                 settings,
@@ -162,6 +163,19 @@ def measure_interleaved(
             if say is not None:
                 say(f"plain loop, round {round_number}: {settings.describe()}: {rate:,.0f}/s")
     return figures
+
+
+def round_order(count: int, round_number: int) -> list[int]:
+    """The order of ``count`` configs in round ``round_number`` (from 1): as given in odd
+    rounds, reversed in even ones (A B C, C B A, A B C, ...).
+
+    Within a round of minutes the machine's speed drifts; in the same order every round
+    the configs measured last would get the same share of that drift every time, and a
+    ratio taken within a round would carry it. Reversed every other round, a steady drift
+    favours each config in one round as much as it costs it in the next.
+    """
+    order = list(range(count))
+    return order if round_number % 2 else order[::-1]
 
 
 def run_measurement(

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune import Settings
-from benchmarks._checker import CheckerError, measure, median, spread
+from benchmarks._checker import CheckerError, measure, median, round_order, spread
 
 Say = Callable[[str], None]
 
@@ -71,7 +71,7 @@ def measure_rounds(
     say: Say,
     label: str = "plain loop",
 ) -> Measured:
-    """Interleaved rounds (A B C, A B C, ...), as ``measure_interleaved`` runs them,
+    """Interleaved rounds (A B C, C B A, ...), as ``measure_interleaved`` runs them,
     keeping a failed measurement as a gap instead of ending the set, and timing each
     measurement (for the cost of measuring a whole space)."""
     rates: list[list[float | None]] = [[] for _ in settings_list]
@@ -79,7 +79,8 @@ def measure_rounds(
     walls: list[float] = []
     total = len(settings_list) * options.rounds
     for round_number in range(1, options.rounds + 1):
-        for index, settings in enumerate(settings_list):
+        for index in round_order(len(settings_list), round_number):
+            settings = settings_list[index]
             began = time.perf_counter()
             try:
                 rate: float | None = measure(

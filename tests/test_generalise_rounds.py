@@ -15,8 +15,9 @@ import pytest
 from autotune import Settings
 from autotune.machine._machine import Machine
 from benchmarks import _cli, _generalise_rounds
+from benchmarks._checker import round_order
 from benchmarks._generalise import GeneraliseOptions
-from benchmarks._generalise_rounds import finalists
+from benchmarks._generalise_rounds import RoundsOptions, finalists, measure_rounds
 from benchmarks._generalise_targets import assess, paired_ratio
 
 MACHINE = Machine(cpus=2, cpu_model="x", memory_bytes=2**30, shm_bytes=None, accelerator="cpu")
@@ -245,3 +246,34 @@ def test_rejudge_measures_the_final_set_of_an_earlier_run_and_writes_its_verdict
     assert "> Judged again: the searches and the first set of rounds are an earlier run's" in (
         document
     )
+
+
+def test_rounds_alternate_their_order_and_keep_each_config_s_figures_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert round_order(3, 1) == [0, 1, 2]
+    assert round_order(3, 2) == [2, 1, 0]
+    assert round_order(3, 3) == [0, 1, 2]
+    # A machine that speeds up by 10/s over each measurement: in a fixed order the last
+    # config would gain the same in every round.
+    clock = iter(range(1000))
+    order: list[int] = []
+
+    def measure(config: Path, settings: Settings, **options: Any) -> float:
+        order.append(settings.num_workers)
+        return 1000.0 * settings.num_workers + 10.0 * next(clock)
+
+    monkeypatch.setattr(_generalise_rounds, "measure", measure)
+    configs = [Settings(batch_size=8, num_workers=n, prefetch_factor=2) for n in (1, 2, 3)]
+    measured = measure_rounds(Path("x.py"), configs, RoundsOptions(rounds=4), "cpu", lambda _: None)
+    assert order == [1, 2, 3, 3, 2, 1, 1, 2, 3, 3, 2, 1]
+    assert measured.rates == [
+        [1000.0, 1050.0, 1060.0, 1110.0],
+        [2010.0, 2040.0, 2070.0, 2100.0],
+        [3020.0, 3030.0, 3080.0, 3090.0],
+    ]
+    # A steady drift gives the last config +20 in one round and -20 in the next: over a
+    # pair of rounds it favours neither (in a fixed order, +20 every round).
+    first, _, third = measured.rates
+    gaps = [c - a for a, c in zip(first, third, strict=True)]
+    assert gaps == [2020.0, 1980.0, 2020.0, 1980.0]
