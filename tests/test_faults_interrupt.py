@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -157,19 +158,26 @@ class CtrlCDuring(autotune.QuietProgress):
         self.finished.add(record.number)
 
 
-def test_ctrl_c_in_the_python_api(places) -> None:
+def interrupted_search(places: Places, progress: CtrlCDuring) -> tuple[dict[str, Any], list]:
+    """Run LONG through the API with ``progress`` until its Ctrl-C stops it (promptly);
+    the search's keywords and the study's trials, the first kept and the second
+    interrupted."""
     keywords = api_keywords(LONG, ("--study", str(places.study)))
-    progress = CtrlCDuring(number=1)
     with pytest.raises(KeyboardInterrupt):
         autotune.search(**keywords, progress=progress)
     assert progress.sent is not None
     assert time.monotonic() - progress.sent < 10
-
     trials = study_trials(places.study)
-    assert progress.finished == {0}
-    check_kept(trials, progress.finished)
+    check_kept(trials, {0})
     assert [t.state for t in trials][1:] == ["FAIL"]
     assert trials[1].failure.kind == "interrupted"
+    return keywords, trials
+
+
+def test_ctrl_c_in_the_python_api(places) -> None:
+    progress = CtrlCDuring(number=1)
+    keywords, trials = interrupted_search(places, progress)
+    assert progress.finished == {0}
 
     result = autotune.search(**{**keywords, "trials": 1}, resume=True)
     after = study_trials(places.study)
@@ -201,16 +209,9 @@ class _SignalledInFinalizer:
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_ctrl_c_lost_in_a_finalizer_still_stops_the_search(places) -> None:
-    keywords = api_keywords(LONG, ("--study", str(places.study)))
     progress = LostCtrlC(number=1)
-    with pytest.raises(KeyboardInterrupt):
-        autotune.search(**keywords, progress=progress)
-    assert progress.sent is not None
-    assert time.monotonic() - progress.sent < 10
-    trials = study_trials(places.study)
+    interrupted_search(places, progress)
     assert progress.finished == {0, 1}  # the trial it cut short is shown, then no other
-    assert [t.state for t in trials][1:] == ["FAIL"]
-    assert trials[1].failure.kind == "interrupted"
 
 
 def test_sigkill_of_the_search(tmp_path, monkeypatch, capsys) -> None:
