@@ -75,6 +75,7 @@ def test_the_noise_is_the_spread_of_ratios_to_the_fastest_round_by_round() -> No
     # Nothing to compare: one config, or none complete.
     assert round_noise([measured(workers(1), 90, 110)]) == 0.0
     assert round_noise([measured(workers(1), 100, None), measured(workers(2), 90, 110)]) == 0.0
+    assert round_noise([measured(workers(1), 100, None)]) == 0.0
     assert fastest([measured(workers(1), None)]) is None
 
 

@@ -196,7 +196,7 @@ def persistent_twins(chosen: list[Candidate], space: Space) -> list[Settings]:
         if settings.num_workers == 0 or settings.persistent_workers:
             continue
         twin = dataclasses.replace(settings, persistent_workers=True)
-        if space.contains(twin) and twin not in twins:
+        if space.contains(twin):  # distinct finalists, distinct twins
             twins.append(twin)
         if len(twins) == TWINS:
             break

@@ -92,12 +92,13 @@ def round_noise(configs: Sequence[Rounds]) -> float:
     the fastest of the relative spread of their per-round ratios to the fastest (0.0
     when no two complete configs were measured in two rounds)."""
     reference = fastest(configs)
+    if reference is None:
+        return 0.0
     spreads = [
         spread
         for rounds in configs
         if rounds.complete
         and rounds is not reference
-        and reference is not None
         and (spread := relative_spread(paired_ratios(rounds, reference))) is not None
     ]
     return statistics.median(spreads) if spreads else 0.0
