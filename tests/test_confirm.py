@@ -71,13 +71,16 @@ class SetFigures:
     def measure(
         self, plan: ExplorePlan, settings: list[Settings], roles: list[str], rounds: int
     ) -> list[str]:
-        return [self.measure_round(plan, settings, roles) for _ in range(rounds)]
+        return [self.measure_round(plan, settings, roles, n) for n in range(1, rounds + 1)]
 
-    def measure_round(self, plan: ExplorePlan, settings: list[Settings], roles: list[str]) -> str:
+    def measure_round(
+        self, plan: ExplorePlan, settings: list[Settings], roles: list[str], number: int
+    ) -> str:
         self.study = plan.study
-        group, attrs = group_attrs(settings, roles)
-        self.orders.append([s.key() for s in settings])
-        for config, trial_attrs in zip(settings, attrs, strict=True):
+        group, attrs = group_attrs(settings, roles, number)
+        configs = [Settings.from_dict(a[SETTINGS]) for a in attrs]  # in the round's order
+        self.orders.append([c.key() for c in configs])
+        for config, trial_attrs in zip(configs, attrs, strict=True):
             trial = fixed_trial(plan.study, trial_attrs)
             rate = self.rate(config, self.rounds)
             if rate is None:
@@ -204,10 +207,11 @@ def result_of(confirmed: autotune.decide._confirm.Confirmed) -> SearchResult:
 def test_rounds_interleave_every_finalist_and_the_default() -> None:
     backend, confirmed = run(lambda s, r: 500.0 + 100 * s.num_workers)
     assert backend.rounds == 3
-    # A B C D, A B C D, A B C D: the same order each round, the default last.
-    assert len({tuple(order) for order in backend.orders}) == 1
-    assert backend.orders[0][-1] == DEFAULT.key()
-    assert len(backend.orders[0]) == 4
+    # A B C D, D C B A, A B C D: the order turns every other round, the default last
+    # in the first.
+    first = backend.orders[0]
+    assert backend.orders == [first, first[::-1], first]
+    assert first[-1] == DEFAULT.key() and len(set(first)) == 4
     assert confirmed.confirmed and confirmed.rounds == 3
 
 

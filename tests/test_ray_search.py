@@ -125,17 +125,18 @@ def test_a_ray_search_writes_the_study_the_embedded_one_would(
 
 def assert_last_two_rounds(trials: list[optuna.trial.FrozenTrial]) -> None:
     """The last two confirming rounds among ``trials`` (by group, in the order their
-    trials were made): whole rounds, one after the other, the same configs in the same
-    order, each round ending with the default loader."""
+    trials were made): whole rounds, one after the other, the same configs, the second
+    in the first's order reversed (so the first ends with the default loader and the
+    second starts with it)."""
     groups = [t.user_attrs[GROUP] for t in trials if t.user_attrs["autotune.role"] != "explore"]
     first, second = list(dict.fromkeys(groups))[-2:]
     confirming = [t for t in trials if t.user_attrs.get(GROUP) in (first, second)]
     roles = [t.user_attrs["autotune.role"] for t in confirming]
     half = len(confirming) // 2
     assert [t.user_attrs[GROUP] for t in confirming] == [first] * half + [second] * half
-    assert roles[:half] == roles[half:] and roles[-1] == "baseline"
+    assert roles[:half] == roles[half:][::-1] and roles[half - 1] == "baseline"
     settings = [t.user_attrs["autotune.settings"] for t in confirming]
-    assert settings[:half] == settings[half:]
+    assert settings[:half] == settings[half:][::-1] and len(settings) > 2
     assert all(t.state == TrialState.COMPLETE for t in confirming)
 
 

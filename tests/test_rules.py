@@ -69,6 +69,7 @@ from autotune.study._study import (
     DUPLICATE_OF,
     FAILURE,
     FIGURES,
+    GROUP,
     META,
     ROLE,
     SETTINGS,
@@ -394,6 +395,25 @@ def test_embedded_exploration_probes_its_whole_budget_despite_repeats(monkeypatc
     assert [r.duplicate_of for r in explored[:3]] == [None, 0, 0]
     assert len(probed) == 3 == sum(r.probed for r in explored)
     assert len({s.key() for s in probed}) == 3
+
+
+def test_embedded_confirming_rounds_turn_their_order_every_other_round(monkeypatch) -> None:
+    plan = explore_plan(optuna.create_study(direction="maximize"))
+    probed: list[int] = []
+
+    def probe(self: Objective, trial: optuna.Trial, settings: Settings, **_: Any) -> ProbeResult:
+        probed.append(settings.batch_size)
+        return ran(settings.batch_size * 10)(settings)
+
+    monkeypatch.setattr(Objective, "_probe", probe)
+    configs = [config(8), config(16), config(32)]
+    groups = EmbeddedBackend().measure(plan, configs, ["confirm", "confirm", "baseline"], 3)
+    assert probed == [8, 16, 32, 32, 16, 8, 8, 16, 32]
+    assert len(set(groups)) == 3
+    for group, batches in zip(groups, ([8, 16, 32], [32, 16, 8], [8, 16, 32]), strict=True):
+        trials = [t for t in plan.study.trials if t.user_attrs[GROUP] == group]
+        assert [t.user_attrs[SETTINGS]["batch_size"] for t in trials] == batches
+        assert all(t.state == TrialState.COMPLETE for t in trials)
 
 
 def test_measured_configs_are_explored_ones_of_the_space_settled_for_good() -> None:

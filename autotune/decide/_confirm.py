@@ -1,5 +1,5 @@
 """Confirming: the finalists and the default loader measured again in interleaved
-rounds (A B C D, A B C D, ...), each round a new full-length probe of every config,
+rounds (A B C D, D C B A, ...), each round a new full-length probe of every config,
 then the verdict of :mod:`autotune.decide._rounds`."""
 
 from __future__ import annotations

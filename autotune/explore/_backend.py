@@ -56,8 +56,9 @@ class Backend(Protocol):
         self, plan: ExplorePlan, settings: list[Settings], roles: list[str], rounds: int
     ) -> list[str]:
         """Measure each config fully (no pruning), ``rounds`` times over, interleaved (every
-        config in order, then every config again); each round's trials are tagged with a
-        new group id. Returns the group ids, one per round, in order."""
+        config once, then every config again, in the order :func:`group_attrs` gives each
+        round: as given, then reversed, ...); each round's trials are tagged with a new
+        group id. Returns the group ids, one per round, in order."""
 
     def close(self) -> None:
         """Release what the backend holds (a Ray session); called once, at the end."""

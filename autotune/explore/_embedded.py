@@ -92,17 +92,25 @@ class EmbeddedBackend:
         self, plan: ExplorePlan, settings: list[Settings], roles: list[str], rounds: int
     ) -> list[str]:
         objective = self._prepare(plan, exploring=False)  # once: its rules see every round
-        return [_measure_round(plan, objective, settings, roles) for _ in range(rounds)]
+        return [
+            _measure_round(plan, objective, settings, roles, number)
+            for number in range(1, rounds + 1)
+        ]
 
     def close(self) -> None:
         """Nothing to release: everything ran in this process."""
 
 
 def _measure_round(
-    plan: ExplorePlan, objective: Objective, settings: list[Settings], roles: list[str]
+    plan: ExplorePlan,
+    objective: Objective,
+    settings: list[Settings],
+    roles: list[str],
+    number: int,
 ) -> str:
-    """One round: every config once, as many at a time as there are slots."""
-    group, attrs = group_attrs(settings, roles)
+    """Round ``number`` (from 1): every config once, in that round's order, as many at a
+    time as there are slots."""
+    group, attrs = group_attrs(settings, roles, number)
     jobs = max(1, min(len(plan.slots), len(settings)))
     with quiet_optuna(), _interrupts(objective):
         if jobs == 1:

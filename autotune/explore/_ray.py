@@ -229,8 +229,8 @@ class RayBackend:
         # Every round in one Tune run: each run starts its Ray workers and their probe fork
         # servers anew (about 10 s on 2 CPUs), which a run per round would pay each time.
         groups, attrs = [], []
-        for _ in range(rounds):
-            group, round_attrs = group_attrs(settings, roles)
+        for number in range(1, rounds + 1):
+            group, round_attrs = group_attrs(settings, roles, number)
             groups.append(group)
             attrs.extend(round_attrs)
         self._run(plan, session, resources, exploring=False, count=len(attrs), fixed=attrs)
