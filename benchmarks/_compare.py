@@ -1,8 +1,9 @@
 """The final comparison: every chosen config measured again, interleaved.
 
-Rounds of A B C ... A B C ...: each round measures every entry once, in the
-same order, so a machine that drifts (another job starts, the CPU heats up)
-moves all entries alike; each entry's figure is the median of its rounds.
+Rounds of A B C ..., ... C B A, A B C ...: each round measures every entry once,
+so a machine that drifts between rounds (another job starts, the CPU heats up)
+moves all entries alike, and the order turns every other round, so a drift within
+a round favours no entry; each entry's figure is the median of its rounds.
 Configs chosen by several strategies are measured once and shared.
 """
 
@@ -14,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 from autotune import Settings
 from autotune.probe import Mode
+from benchmarks._checker import round_order
 from benchmarks._harness import Harness
 
 
@@ -41,12 +43,13 @@ def distinct(entries: Sequence[Entry]) -> list[Entry]:
 def interleave(
     entries: Sequence[Entry], rounds: int, measure: Callable[[Entry, int], float]
 ) -> dict[tuple[str, str, str], list[float]]:
-    """``rounds`` rounds, each measuring every distinct entry once in the same order;
-    returns each entry's figures by its key."""
+    """``rounds`` rounds, each measuring every distinct entry once in the order of
+    :func:`benchmarks._checker.round_order`; returns each entry's figures by its key."""
     unique = distinct(entries)
     figures: dict[tuple[str, str, str], list[float]] = {e.key(): [] for e in unique}
     for round_number in range(1, rounds + 1):
-        for entry in unique:
+        for index in round_order(len(unique), round_number):
+            entry = unique[index]
             figures[entry.key()].append(measure(entry, round_number))
     return figures
 

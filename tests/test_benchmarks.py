@@ -148,7 +148,7 @@ def test_loader_configs_cover_workers_prefetch_and_batch_once() -> None:
     assert all(c.persistent_workers == (c.num_workers > 0) for c in configs)
 
 
-def test_interleaving_measures_a_b_c_a_b_c_and_shares_equal_configs() -> None:
+def test_interleaving_measures_a_b_c_c_b_a_and_shares_equal_configs() -> None:
     harness: Any = type("FakeHarness", (), {"config": Path("w.py")})()
     a, b = Settings(batch_size=8), Settings(batch_size=8, num_workers=2, prefetch_factor=2)
     entries = [
@@ -166,9 +166,10 @@ def test_interleaving_measures_a_b_c_a_b_c_and_shares_equal_configs() -> None:
     figures = interleave(entries, 2, measure)
     assert order == [
         ("defaults", 1), ("autotune", 1), ("data ceiling", 1),
-        ("defaults", 2), ("autotune", 2), ("data ceiling", 2),
+        ("data ceiling", 2), ("autotune", 2), ("defaults", 2),
     ]  # fmt: skip
     assert figures[entries[2].key()] == figures[entries[1].key()] == [2.0, 5.0]
+    assert figures[entries[0].key()] == [1.0, 6.0]
     assert median([3.0, 1.0, 2.0]) == 2.0 and spread([90.0, 100.0, 110.0]) == pytest.approx(0.2)
 
 
