@@ -109,15 +109,18 @@ class Recorded(QuietProgress):
         self.phases: list[tuple[str, str]] = []
         self.plans: list[tuple[str, int, float | None, int]] = []
         self.messages: list[str] = []
+        self.lines: list[str] = []  # phases (by name) and messages, in the order told
 
     def phase(self, name: str, detail: str) -> None:
         self.phases.append((name, detail))
+        self.lines.append(name)
 
     def plan(self, stage: str, trials: int, timeout: float | None, *, later: int = 0) -> None:
         self.plans.append((stage, trials, timeout, later))
 
     def message(self, text: str) -> None:
         self.messages.append(text)
+        self.lines.append(text)
 
 
 def workers(n: int) -> Settings:
@@ -534,6 +537,9 @@ def test_the_fastest_finalists_are_confirmed_beside_their_persistent_twins() -> 
     assert order[-1] == DEFAULT.key()
     assert confirmed.winner.settings == workers(4)
     assert sum("the persistent twin of a finalist" in m for m in progress.messages) == 2
+    # Said under the confirming phase, whose count of finalists includes them.
+    assert progress.lines[0] == "confirm"
+    assert sum("the persistent twin of a finalist" in m for m in progress.lines[1:3]) == 2
 
 
 def test_persistent_twins_need_workers_a_fresh_start_and_room_in_the_space() -> None:

@@ -82,7 +82,7 @@ def confirm(
     """
     options = plan.options
     user_batch = baseline.batch_size
-    configs = _finalist_settings(plan, explored, progress, baseline, default_threads)
+    configs, notes = _finalist_settings(plan, explored, baseline, default_threads)
     order = [*configs, baseline]
     roles = ["confirm"] * len(configs) + ["baseline"]
     progress.phase(
@@ -90,6 +90,8 @@ def confirm(
         f"measuring {len(configs)} finalist(s) and the default loader again, in "
         f"{options.rounds} interleaved round(s)",
     )
+    for note in notes:  # under the phase whose finalists they count among
+        progress.message(note)
     progress.plan("confirm", len(order) * options.rounds, None, later=later)
     groups = runner.measure(plan, order, roles, options.rounds)
     measured = _rounds_of(plan.study, groups, order)
@@ -135,38 +137,39 @@ def same_as_default(settings: Settings, default: Settings, default_threads: int 
 def _finalist_settings(
     plan: ExplorePlan,
     explored: list[Candidate],
-    progress: Progress,
     baseline: Settings,
     default_threads: int | None,
-) -> list[Settings]:
+) -> tuple[list[Settings], list[str]]:
     """The finalists, the leader's loader without workers when it trains at its compute
     ceiling, and the persistent twins of the fastest finalists; never the default loader,
     which every round measures anyway (measured twice, it could beat itself and be
     recommended as if it were not the default), nor a config that is the default in
-    effect (its threads spelled out as torch's default)."""
+    effect (its threads spelled out as torch's default). With them, a line for each
+    config that joined the finalists without being one, saying why."""
     tolerance = plan.options.tolerance
     chosen = finalists(explored, tolerance, plan.options.finalists, user_batch=baseline.batch_size)
     configs = [
         c.settings for c in chosen if not same_as_default(c.settings, baseline, default_threads)
     ]
+    notes: list[str] = []
     lighter = without_workers(chosen[0], plan.bounds, plan.space, tolerance) if chosen else None
     if (
         lighter is not None
         and lighter.key() not in {s.key() for s in configs}
         and not same_as_default(lighter, baseline, default_threads)
     ):
-        progress.message(
+        notes.append(
             f"{chosen[0].settings.describe()} trains at the model's own ceiling: its loader "
             "without workers is confirmed beside it"
         )
         configs.append(lighter)
     for twin in persistent_twins(chosen, plan.space):
         if twin.key() not in {s.key() for s in configs}:
-            progress.message(
+            notes.append(
                 f"{twin.describe()}: the persistent twin of a finalist, confirmed beside it"
             )
             configs.append(twin)
-    return configs
+    return configs, notes
 
 
 TWINS = 2
