@@ -51,7 +51,7 @@ def enqueue_warm_starts(plan: ExplorePlan) -> None:
 
 
 def group_attrs(
-    settings: list[Settings], roles: list[str], round_number: int = 1
+    settings: list[Settings], roles: list[str], round_number: int
 ) -> tuple[str, list[dict[str, Any]]]:
     """A new group id (one confirming round), and the attributes of a trial for each
     config to measure fully, in the order to measure them: as given in odd rounds
