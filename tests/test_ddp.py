@@ -44,6 +44,7 @@ from autotune.probe._placement import PLACEMENT, plan_placement
 from autotune.progress._progress import QuietProgress
 from autotune.result._launch import ddp_code, lr_note, torchrun_line
 from autotune.settings._settings import Settings
+from autotune.study._study import storage as study_storage
 from autotune.workload._options import SearchOptions
 from autotune.workload._workload import Workload
 
@@ -315,7 +316,11 @@ def test_ctrl_c_stops_trials_running_in_parallel_and_keeps_them(write_config, wo
             time.sleep(0.5)
             assert process.poll() is None, log.read_text()
             try:
-                trials = optuna.load_study(study_name="config", storage=storage).trials
+                # Opened as the search opens it, under the study directory's lock: a plain
+                # load_study could create the tables while the search does, and fail it
+                # ("table trial_values already exists").
+                opened = study_storage(workdir / "studies" / "config.db", must_exist=True)
+                trials = optuna.load_study(study_name="config", storage=opened).trials
             except Exception:  # the study is not created yet
                 continue
             running = [t for t in trials if t.state.name == "RUNNING" and t.intermediate_values]
