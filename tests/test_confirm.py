@@ -256,11 +256,15 @@ def test_a_winner_gets_its_median_and_a_speedup_interval() -> None:
     result = result_of(confirmed)
     assert result.settings == workers(4)
     assert result.samples_per_s == 1400.0
-    assert result.interval == (1300.0, 1500.0)
+    # 95% prediction intervals of the rounds (Student's t on their logarithms), wider
+    # than the rounds' range 1,300-1,500 and 2.6-3.0
+    assert result.interval == pytest.approx((979.4, 1994.4), abs=0.1)
+    assert result.rate_text() == "1,400 samples/s (95% prediction 979-1,994, 3 rounds)"
     assert result.speedup == pytest.approx(2.8)
-    assert result.speedup_text() == "2.80x (2.60-3.00, 3 rounds)"
+    assert result.speedup_interval == pytest.approx((1.959, 3.989), abs=0.001)
+    assert result.speedup_text() == "2.80x (95% prediction 1.96-3.99, 3 rounds)"
     assert any(
-        line == "speedup over the default: 2.80x (2.60-3.00, 3 rounds)"
+        line == "speedup over the default: 2.80x (95% prediction 1.96-3.99, 3 rounds)"
         for line in result_lines(result)
     )
 

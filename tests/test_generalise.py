@@ -21,6 +21,7 @@ import autotune
 from autotune import SearchResult, Settings
 from autotune.machine._machine import Machine
 from autotune.probe import Figures, Window
+from autotune.result._predict import prediction_interval
 from autotune.space._space import build_space
 from benchmarks import _cli, _generalise, _generalise_report, _generalise_rounds
 from benchmarks._checker import CheckerError
@@ -258,7 +259,8 @@ def run_fake_workload(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[s
         seed = options["seed"]
         if seed == 3:
             return result(CHOICES[3], (95.0, 100.0, 105.0), is_default=True)
-        return result(CHOICES[seed], (300.0, 320.0, 340.0))
+        # seed 2's rounds agree closely: the checker's 352 lies above its interval
+        return result(CHOICES[seed], (300.0, 320.0, 340.0) if seed == 1 else (318.0, 320.0, 322.0))
 
     calls: list[Settings] = []
 
@@ -302,7 +304,11 @@ def test_a_workload_is_searched_three_times_then_judged_by_the_plain_loop(
     failed = [m for m in section["measurements"] if m["errors"]]
     assert failed and all(len(m["rounds"]) == 3 and None in m["rounds"] for m in failed)
     assert section["searches"][0]["space_size"] == build_space({}, MACHINE, 32).size()
-    assert section["searches"][0]["interval"] == [300.0, 340.0]
+    # what the search printed: the 95% prediction interval of its rounds
+    assert section["searches"][0]["rates"] == [300.0, 320.0, 340.0]
+    assert section["searches"][0]["interval"] == pytest.approx(
+        list(prediction_interval([300.0, 320.0, 340.0]) or ())
+    )
     passed = {v["target"].split(" ")[0]: v["passed"] for v in section["verdicts"]}
     assert passed == {
         "median": False,
@@ -327,14 +333,17 @@ def test_the_markdown_and_the_plot_show_every_choice(
     assert (
         "| seed 3 (the default) | workers=0 batch=32 | 100 (±0%) | 0.284 | 0.284 | 1.00 |" in table
     )
-    assert "| 100 samples/s (95-105 over 3 rounds) | yes | 0 | 0.000 |" in table
-    assert "3.20x (3.00-3.40, 3 rounds) | no, 3.5% above; speedup outside |" in table
+    assert "| 100 samples/s (95% prediction 77.9-128, 3 rounds) | yes | 0 | 0.000 |" in table
+    assert (
+        "| 320 samples/s (95% prediction 310-330, 3 rounds), 3.20x (95% prediction 3.10-3.30, "
+        "3 rounds) | no, 6.6% above; speedup outside |" in table
+    )
     assert (
         "| seed 1 | workers=2 prefetch=2 persistent=yes batch=32 threads=1 | 320 (±0%) | 0.909 |"
         in table
     )
     assert "- FAIL  worst choice >= 0.93 x grid best: 0.284 (bound 0.93)" in table
-    assert "no, 5.9% below" not in table  # seed 1's 320 lies inside 300-340
+    assert "seed 1 inside, seed 2 6.6% above, seed 3 inside" in table
     broken = {"name": "io-bound", "error": "WorkloadError: no data"}
     results = {
         "mode": "generalise",

@@ -13,7 +13,8 @@ Pure functions over the rounds' figures, so the rule is testable alone:
   the range of its ratios over their median, and the median of that over the configs;
 - the band is the larger of the tolerance and that noise;
 - the speedup over the default is the median of the per-round ratios (each round
-  measures both side by side), its interval their range;
+  measures both side by side); the result prints a prediction interval from them
+  (:mod:`autotune.result._predict`);
 - the default loader wins unless a config's speedup is beyond the band, and it was
   faster in every round both measured (side by side, so a round that slowed the
   machine slowed both: a config that lost one round has not shown that it is
@@ -172,6 +173,6 @@ def beats_default(chosen: Rounds, default: Rounds, band: float) -> bool:
 
 def beats_every_round(chosen: Rounds, default: Rounds) -> bool:
     """Whether ``chosen`` was faster than ``default`` in every round that measured both
-    (and there was one): the lower end of the speedup's interval is above 1."""
+    (and there was one): the lowest per-round speedup is above 1."""
     ratios = paired_ratios(chosen, default)
     return bool(ratios) and min(ratios) > 1.0

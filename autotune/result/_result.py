@@ -19,9 +19,12 @@ from autotune.machine._machine import Machine
 from autotune.probe import Figures, Measurement
 from autotune.result._ddp import DdpResult
 from autotune.result._launch import accumulation_steps, lr_note
+from autotune.result._predict import LEVEL, prediction_interval
 from autotune.settings._settings import Settings
 
 EXPORT_FORMAT = 1
+_PREDICTED = f"{LEVEL:.0%} prediction"
+"""How an interval is introduced: where the next measurement lies with that probability."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -99,20 +102,23 @@ class SearchResult:
 
     @property
     def speedup_interval(self) -> tuple[float, float] | None:
-        """The lowest and highest per-round speedup (two rounds or more)."""
-        if self.is_default or len(self.speedup_rounds) < 2:
+        """Where the speedup over the default lies with 95% probability when measured
+        again: the prediction interval of the per-round speedups (two rounds or more;
+        :func:`autotune.result._predict.prediction_interval`)."""
+        if self.is_default:
             return None
-        return min(self.speedup_rounds), max(self.speedup_rounds)
+        return prediction_interval(self.speedup_rounds)
 
     @property
     def interval(self) -> tuple[float, float] | None:
-        """The chosen config's lowest and highest samples/s over the rounds (two or more)."""
-        if len(self.rates) < 2:
-            return None
-        return min(self.rates), max(self.rates)
+        """Where the chosen config's samples/s lies with 95% probability when measured
+        again: the prediction interval of its rounds (two or more), wider than their
+        range, which holds a new measurement only half the time with 3 rounds."""
+        return prediction_interval(self.rates)
 
     def speedup_text(self) -> str | None:
-        """ "1.31x (1.22-1.40, 3 rounds)"; None when there is no speedup to state."""
+        """ "1.31x (95% prediction 1.13-1.52, 3 rounds)": the speedup with its prediction
+        interval; None when there is no speedup to state."""
         speedup = self.speedup
         if speedup is None:
             return None
@@ -120,15 +126,16 @@ class SearchResult:
         if interval is None:
             return f"{speedup:.2f}x"
         rounds = len(self.speedup_rounds)
-        return f"{speedup:.2f}x ({interval[0]:.2f}-{interval[1]:.2f}, {rounds} rounds)"
+        return f"{speedup:.2f}x ({_PREDICTED} {interval[0]:.2f}-{interval[1]:.2f}, {rounds} rounds)"
 
     def rate_text(self) -> str:
-        """The chosen samples/s, with its range over the rounds when there were several."""
+        """The chosen samples/s, with its prediction interval when there were several
+        rounds: "1,400 samples/s (95% prediction 979-1,994, 3 rounds)"."""
         text = f"{format_rate(self.samples_per_s)} samples/s"
         interval = self.interval
         if interval is not None:
             text += (
-                f" ({format_rate(interval[0])}-{format_rate(interval[1])} over "
+                f" ({_PREDICTED} {format_rate(interval[0])}-{format_rate(interval[1])}, "
                 f"{len(self.rates)} rounds)"
             )
         return text
