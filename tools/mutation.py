@@ -57,6 +57,7 @@ PAIRS = {
     "diagnosis": ("autotune/decide/_diagnosis.py", "tests/test_diagnosis.py"),
     "space": ("autotune/space/_space.py", "tests/test_space.py"),
     "timing": ("autotune/probe/_timing.py", "tests/test_timing.py"),
+    "predict": ("autotune/result/_predict.py", "tests/test_predict.py"),
 }
 
 KILLED = ("killed", "timeout")
