@@ -7,8 +7,9 @@
   checker's precision: the configs in the space the search covered (its
   ``result.space``) x the checker's rounds x the mean wall time of one checker
   measurement in this run;
-- every choice's checker median inside the interval autotune printed for it (the
-  lowest and highest samples/s of its confirming rounds).
+- every choice's checker median inside the interval autotune printed for it (its
+  ``result.interval``: the 95% prediction interval of its confirming rounds since
+  b2fadca, the lowest and highest of them before).
 
 Where the checker's final set of rounds measured the default, every choice and the
 grid's leaders again (:mod:`benchmarks._generalise_rounds`), the ratios are paired: the
