@@ -227,6 +227,9 @@ def test_every_finalist_slower_than_the_default_recommends_the_default() -> None
     lines = result_lines(result)
     assert any("the default DataLoader is the recommendation" in line for line in lines)
     assert not any(line.startswith("speedup over the default") for line in lines)
+    # The winner is the default: named so once, its figures not printed a second time.
+    assert lines[0].startswith("best: the default DataLoader, workers=0 batch=32")
+    assert not any(line.startswith("default DataLoader (num_workers=0") for line in lines)
 
 
 def test_the_default_stays_unless_beaten_beyond_the_round_noise() -> None:

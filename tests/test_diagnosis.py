@@ -120,6 +120,110 @@ def test_the_default_loader_loads_between_steps() -> None:
     )
 
 
+def test_a_chosen_loader_without_workers_is_not_told_that_workers_help() -> None:
+    # The quickstart at b2fadca kept the default loader (no workers, 51% waiting) after
+    # a search over up to 8 workers, and its diagnosis still said workers would load
+    # the next batches while the model trains: advice the search had just refuted.
+    kwargs = {"compute": figures(2829), "data": figures(4042), "loader_limit": limit(4975)}
+    kept = diagnose_config(
+        "default loader (the recommendation)",
+        at(NO_WORKERS, 2035, wait=0.51),
+        cpus=2,
+        searched=Searched(max_workers=8),
+        chosen=True,
+        **kwargs,
+    )
+    (advice,) = kept.advice
+    assert advice == (
+        "loading happens in the training process (num_workers=0), between steps, yet the "
+        "search covered up to 8 workers and none trained faster beyond the noise: on 2 "
+        "CPUs, workers take the CPU time the training needs. Only cheaper loading "
+        "(preprocessed or cached data, augmentation on the device) shortens the wait."
+    )
+    # Not chosen (the search recommends a config with workers): workers are the advice.
+    other = diagnose_config(
+        "default loader",
+        at(NO_WORKERS, 2035, wait=0.51),
+        searched=Searched(max_workers=8),
+        **kwargs,
+    )
+    assert other.advice[0].endswith("load the next batches while the model trains.")
+    # Chosen, but the space held no workers: the search never tried them, so they are.
+    untried = diagnose_config(
+        "best",
+        at(NO_WORKERS, 2035, wait=0.51),
+        searched=Searched(max_workers=0),
+        chosen=True,
+        **kwargs,
+    )
+    assert untried.advice == other.advice
+
+
+def test_a_chosen_loader_without_workers_says_when_workers_load_slower() -> None:
+    # Tiny in-memory samples: the loader alone delivers 137,940 samples/s in the training
+    # process and 16,918 with 8 workers; handing batches over costs more than loading.
+    diagnosis = diagnose_config(
+        "best",
+        at(NO_WORKERS, 98_194, wait=0.45),
+        compute=figures(190_557),
+        data=figures(137_940),
+        loader_limit=limit(16_918),
+        searched=Searched(max_workers=8),
+        chosen=True,
+    )
+    assert diagnosis.advice[0].endswith(
+        "none trained faster beyond the noise: the loader alone delivers 16,918 samples/s "
+        "with 8 workers against 137,940 with none, so handing batches between processes "
+        "costs more than loading them here."
+    )
+    # Equal figures are not "slower": the CPU line, without the CPU count it was not given.
+    equal = diagnose_config(
+        "best",
+        at(NO_WORKERS, 98_194, wait=0.45),
+        compute=figures(190_557),
+        data=figures(16_918),
+        loader_limit=limit(16_918),
+        searched=Searched(max_workers=8),
+        chosen=True,
+    )
+    assert "beside the training, workers take the CPU time" in equal.advice[0]
+    # No loader-alone figures at all: nothing says workers load slower; the CPU line.
+    unmeasured = diagnose_config(
+        "best",
+        at(NO_WORKERS, 98_194, wait=0.45),
+        searched=Searched(max_workers=8),
+        chosen=True,
+        cpus=2,
+    )
+    assert "on 2 CPUs, workers take the CPU time" in unmeasured.advice[0]
+
+
+def test_a_kept_default_is_diagnosed_once_as_the_recommendation() -> None:
+    machine = Machine(cpus=2, cpu_model="x", memory_bytes=2**30, shm_bytes=None, accelerator="cpu")
+    default = at(NO_WORKERS, 2035, wait=0.51)
+    result = SearchResult(
+        settings=NO_WORKERS,
+        figures=default.figures,
+        device="cpu",
+        machine=machine,
+        baseline=default,
+        baseline_ceilings={"compute": figures(2829), "data": figures(4042)},
+        loader_limit=limit(4975),
+        space={"num_workers": {"low": 0, "high": 8}},
+        is_default=True,
+    )
+    (kept,) = diagnose(result)
+    assert kept.subject == "default loader (the recommendation)"
+    assert kept.compute_ceiling == pytest.approx(2829)
+    assert "the search covered up to 8 workers" in kept.advice[0]
+    # The same figures when the search chose another config: two diagnoses, and the
+    # default's advice is the workers the winner has.
+    chose = dataclasses.replace(result, settings=FOUR_WORKERS, is_default=False)
+    best, other = diagnose(chose)
+    assert (best.subject, other.subject) == ("best", "default loader")
+    assert other.advice[0].endswith("while the model trains.")
+
+
 def test_more_workers_help_when_the_loader_alone_is_faster_with_them() -> None:
     diagnosis = diagnose_config(
         "best",

@@ -36,6 +36,9 @@ def test_show_prints_what_0_1_0_printed(
     old_study: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["show", old_study.name]) == 0
+    # The figures and settings are 0.1.0's; the advice is worded as this version words
+    # it (the winner without workers is no longer told that workers would help, since
+    # that search trained 1 worker and found it slower).
     expected = (DATA / "study_v0_1.show.txt").read_text()
     assert capsys.readouterr().out == expected
 

@@ -95,7 +95,8 @@ class Diagnosis:
     """What limits one config, with the figures that show it."""
 
     subject: str
-    """Whose diagnosis: "best" or "default loader"."""
+    """Whose diagnosis: "best", "default loader", or "default loader (the recommendation)"
+    when the search kept the default."""
     measurement: Measurement
     verdict: Verdict
     wait_share: float
@@ -170,6 +171,7 @@ def diagnose_config(
     best_loader: Measurement | None = None,
     searched: Searched | None = None,
     device: str | None = None,
+    chosen: bool = False,
 ) -> Diagnosis:
     """The diagnosis of one measured config.
 
@@ -185,6 +187,8 @@ def diagnose_config(
         searched: what the search's space covered (advice never suggests it again).
         device: the device it trained on ("cpu", "cuda:0"...): pinned memory helps only
             the copy to an accelerator.
+        chosen: the search recommends this config over the others it measured, so advice
+            never points to a setting the search covered and found no faster.
     """
     settings = measurement.settings
     figures = measurement.figures
@@ -231,7 +235,9 @@ def diagnose_config(
         best=best,
         best_workers=best_workers,
     )
-    advice = _advice(measurement, verdict, compute_rate, loader, cpus, searched or Searched())
+    advice = _advice(
+        measurement, verdict, compute_rate, loader, cpus, searched or Searched(), chosen=chosen
+    )
     advice += _copy(settings, figures.copy_fraction, device)
     return Diagnosis(
         subject=subject,
@@ -255,6 +261,8 @@ def _advice(
     loader: _Loader,
     cpus: int | None,
     searched: Searched,
+    *,
+    chosen: bool,
 ) -> list[str]:
     settings = measurement.settings
     figures = measurement.figures
@@ -262,7 +270,7 @@ def _advice(
     data = loader.data
     advice: list[str] = []
     if verdict == "data-bound":
-        advice += _data_bound(settings, compute, loader, cpus, searched)
+        advice += _data_bound(settings, compute, loader, cpus, searched, chosen=chosen)
     elif compute and rate >= compute * NEAR:
         amp = " AMP (bf16/fp16)," if settings.amp == "off" else ""
         advice.append(
@@ -331,6 +339,8 @@ def _data_bound(
     loader: _Loader,
     cpus: int | None,
     searched: Searched,
+    *,
+    chosen: bool,
 ) -> list[str]:
     """Why a data-bound config waits, and whether a loader setting can help."""
     advice: list[str] = []
@@ -343,7 +353,9 @@ def _data_bound(
         and limit_workers > settings.num_workers
         and limit > data * MORE_WORKERS
     )
-    if settings.num_workers == 0:
+    if settings.num_workers == 0 and chosen and searched.max_workers:
+        advice.append(_workers_did_not_pay(loader, cpus, searched.max_workers))
+    elif settings.num_workers == 0:
         advice.append(
             "loading happens in the training process (num_workers=0), one batch after the "
             "other between steps: worker processes load the next batches while the model trains."
@@ -361,6 +373,28 @@ def _data_bound(
             "copy."
         )
     return advice
+
+
+def _workers_did_not_pay(loader: _Loader, cpus: int | None, max_workers: int) -> str:
+    """A chosen config without workers waits for data, yet the search trained configs with
+    workers and none was faster: say why, from what was measured, not that workers help."""
+    text = (
+        "loading happens in the training process (num_workers=0), between steps, yet the "
+        f"search covered up to {count(max_workers, 'worker')} and none trained faster beyond "
+        "the noise: "
+    )
+    data, limit, workers = loader.data, loader.limit, loader.limit_workers
+    if data and limit and workers and limit < data:
+        return text + (
+            f"the loader alone delivers {format_rate(limit)} samples/s with "
+            f"{count(workers, 'worker')} against {format_rate(data)} with none, so handing "
+            "batches between processes costs more than loading them here."
+        )
+    on_cpus = f"on {cpus} CPUs" if cpus else "beside the training"
+    return text + (
+        f"{on_cpus}, workers take the CPU time the training needs. Only cheaper loading "
+        "(preprocessed or cached data, augmentation on the device) shortens the wait."
+    )
 
 
 def _more_workers(
@@ -410,23 +444,32 @@ def _loading_bound(
 
 
 def diagnose(result: SearchResult) -> list[Diagnosis]:
-    """The diagnoses of a search's winner and of its default loader (when measured)."""
+    """The diagnoses of a search's winner and of its default loader (when measured and not
+    itself the winner)."""
     cpus = result.machine.cpus or None
     searched = Searched.from_space(result.space)
     best_loader = _best_loader(result)
+    if result.is_default:
+        # The recommendation is the default loader itself: one diagnosis, not the same
+        # figures twice under two names.
+        ceilings = result.ceilings or result.baseline_ceilings
+        subject = "default loader (the recommendation)"
+    else:
+        ceilings, subject = result.ceilings, "best"
     best = diagnose_config(
-        "best",
+        subject,
         Measurement(settings=result.settings, figures=result.figures),
-        compute=result.ceilings.get("compute"),
-        data=result.ceilings.get("data"),
+        compute=ceilings.get("compute"),
+        data=ceilings.get("data"),
         loader_limit=result.loader_limit,
         cpus=cpus,
         best_loader=best_loader,
         searched=searched,
         device=result.device,
+        chosen=True,
     )
     diagnoses = [best]
-    if result.baseline is not None:
+    if result.baseline is not None and not result.is_default:
         diagnoses.append(
             diagnose_config(
                 "default loader",

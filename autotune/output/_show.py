@@ -19,7 +19,8 @@ def _mib(value: int | None) -> str:
 def result_lines(result: SearchResult) -> list[str]:
     """The chosen settings and the figures behind them."""
     figures = result.figures
-    lines = [f"best: {result.settings.describe()}  (device {result.device})"]
+    kept = "the default DataLoader, " if result.is_default else ""
+    lines = [f"best: {kept}{result.settings.describe()}  (device {result.device})"]
     detail = f"  {result.rate_text()}"
     if result.settings.echo > 1:
         detail += f" ({format_rate(figures.fresh_per_s)} fresh samples/s)"
@@ -31,7 +32,8 @@ def result_lines(result: SearchResult) -> list[str]:
     lines.append(detail)
     if result.caveat is not None:
         lines.append(f"  ({result.caveat})")
-    if result.baseline is not None:
+    if result.baseline is not None and not result.is_default:
+        # Kept, the default is the config above: its figures are those already printed.
         base = result.baseline
         lines.append(
             f"default DataLoader (num_workers=0, batch_size={base.settings.batch_size}): "
