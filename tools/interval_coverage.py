@@ -60,15 +60,15 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
                 continue
             rates, speedups = search["rates"], search["speedup_rounds"]
             figure, speedup = choice["samples_per_s"], choice["vs_default"]
-            width = prediction_interval(rates)
+            predicted = prediction_interval(rates)
             found.append(
                 {
                     "workload": section["name"],
                     "seed": search["seed"],
                     "printed": inside(figure, search["interval"]),
                     "range": inside(figure, spanned(rates)),
-                    "predict": inside(figure, width),
-                    "predict_width": width[1] / width[0] if width else None,
+                    "predict": inside(figure, predicted),
+                    "predict_width": predicted[1] / predicted[0] if predicted else None,
                     "error": math.log(figure / statistics.median(rates)) if rates else None,
                     "speedup_range": inside(speedup, spanned(speedups)),
                     "speedup_predict": inside(speedup, prediction_interval(speedups))
