@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import getpass
 import io
+import math
 import multiprocessing
 import multiprocessing.util
 import os
@@ -54,6 +55,14 @@ QUICK = {
 }
 """Search options that keep a test search to a few seconds (one confirming round: the
 rounds themselves are tested with a stand-in backend, and by one real search in two)."""
+
+
+def defaults_measured(finalist_probes: int, rounds: int) -> int:
+    """How many times ``rounds`` confirming rounds that ran ``finalist_probes`` finalist
+    probes in all measure the default loader: first, last and after every two finalists
+    in each round."""
+    per_round = finalist_probes // rounds
+    return rounds * (1 + math.ceil(per_round / 2))
 
 
 @pytest.fixture

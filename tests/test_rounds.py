@@ -1,5 +1,5 @@
-"""The confirming rounds' verdict, alone: medians, the noise between rounds, the default
-kept unless beaten beyond it, and the speedup's interval."""
+"""The confirming rounds' verdict, alone: the default measured beside the finalists,
+medians, the noise between rounds, the default kept unless beaten beyond it."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from autotune.decide._rounds import (
     Rounds,
     beats_default,
     beats_every_round,
-    fastest,
-    paired_ratios,
+    gather,
+    interleaved,
     relative_spread,
     round_noise,
     side_by_side,
@@ -23,31 +23,42 @@ from autotune.probe import Figures, Measurement, Window
 DEFAULT = Settings(batch_size=32)
 
 
-def measured(settings: Settings, *rates: float | None) -> Rounds:
-    """``settings`` measured once per round at ``rates`` samples/s (None: a failed round)."""
+def probe(settings: Settings, rate: float | None) -> Measurement | None:
+    """One probe of ``settings`` at ``rate`` samples/s (None: it failed)."""
+    if rate is None:
+        return None
+    window = Window(
+        index=0,
+        seconds=100.0,
+        samples=round(100 * rate),
+        fresh=round(100 * rate),
+        steps=1,
+        wait_seconds=0.0,
+    )
+    return Measurement(settings=settings, figures=Figures(windows=(window,)))
+
+
+def measured(
+    settings: Settings, *rates: float | None, beside: tuple[float | None, ...] = ()
+) -> Rounds:
+    """``settings`` measured once per round at ``rates`` samples/s (None: a failed round),
+    beside the default at ``beside``."""
     return Rounds(
         settings=settings,
-        measurements=tuple(
-            None
-            if rate is None
-            else Measurement(
-                settings=settings,
-                figures=Figures(
-                    windows=(
-                        Window(
-                            index=0,
-                            seconds=100.0,
-                            samples=round(100 * rate),
-                            fresh=round(100 * rate),
-                            steps=1,
-                            wait_seconds=0.0,
-                        ),
-                    )
-                ),
-            )
-            for rate in rates
-        ),
+        measurements=tuple(probe(settings, rate) for rate in rates),
+        beside=beside,
     )
+
+
+def default(*rates: float | None) -> Rounds:
+    """The default loader's rounds (measured beside itself)."""
+    return measured(DEFAULT, *rates, beside=rates)
+
+
+def against(reference: Rounds, settings: Settings, *rates: float | None) -> Rounds:
+    """``settings`` measured at ``rates`` with the default beside it at ``reference``'s
+    figure of each round."""
+    return measured(settings, *rates, beside=reference.beside)
 
 
 def workers(n: int) -> Settings:
@@ -61,89 +72,151 @@ def test_a_config_is_its_median_round() -> None:
     assert measured(workers(2), 100, 300, 120, 200).typical().samples_per_s == 120  # lower middle
 
 
-def test_the_noise_is_the_spread_of_ratios_to_the_fastest_round_by_round() -> None:
+def test_a_round_measures_the_default_first_last_and_after_every_two_finalists() -> None:
+    a, b, c = workers(1), workers(2), workers(4)
+    assert interleaved([a, b, c], DEFAULT) == [DEFAULT, a, b, DEFAULT, c, DEFAULT]
+    assert interleaved([a, b], DEFAULT) == [DEFAULT, a, b, DEFAULT]
+    assert interleaved([a], DEFAULT) == [DEFAULT, a, DEFAULT]
+    assert interleaved([], DEFAULT) == [DEFAULT]
+    with pytest.raises(ValueError, match="is the default loader"):
+        interleaved([a, DEFAULT], DEFAULT)
+
+
+def test_a_finalist_is_measured_beside_the_default_nearest_to_it() -> None:
+    a, b, c = workers(1), workers(2), workers(4)
+    order = interleaved([a, b, c], DEFAULT)
+    found = [  # [position][round]
+        [probe(DEFAULT, 100), probe(DEFAULT, 90), None],
+        [probe(a, 300), probe(a, 310), probe(a, 320)],
+        [probe(b, 500), probe(b, 510), probe(b, 520)],
+        [probe(DEFAULT, 400), None, None],
+        [probe(c, 600), probe(c, 610), probe(c, 620)],
+        [probe(DEFAULT, 200), probe(DEFAULT, 80), None],
+    ]
+    finalists, kept = gather(order, found)
+    assert [r.settings for r in finalists] == [a, b, c]
+    # The geometric mean of the nearest before and after; the one that measured, where
+    # the other failed; None where both did.
+    assert finalists[0].beside == pytest.approx((200.0, 90.0, None))
+    assert finalists[1].beside == finalists[0].beside
+    assert finalists[2].beside == pytest.approx((pytest.approx(282.84, abs=0.01), 80.0, None))
+    assert finalists[0].speedups == pytest.approx((1.5, 310 / 90))
+    # The default's figure of a round is its median measurement there (the lower middle
+    # of an even count), None where all of them failed; beside itself, a speedup of 1.
+    assert [m.samples_per_s if m else None for m in kept.measurements] == [200.0, 80.0, None]
+    assert kept.settings == DEFAULT and not kept.complete
+    assert kept.speedups == (1.0, 1.0)
+    # No finalist: the default alone.
+    alone, kept = gather([DEFAULT], [[probe(DEFAULT, 100)]])
+    assert alone == [] and kept.rates == (100.0,)
+
+
+def test_a_drift_within_a_round_cancels_beside_the_default() -> None:
+    # large-model, seed 1, at 22babf0: the machine slowed through a round. Here each
+    # probe runs 5% slower than the one before, in the first round and in the second
+    # (measured in turning order, so from the list's end), and the third runs steady;
+    # every finalist is 1.11x the default.
+    a, b, c = workers(1), workers(2), workers(4)
+    order = interleaved([a, b, c], DEFAULT)
+    last = len(order) - 1
+    speed = (lambda p: 0.95**p, lambda p: 0.95 ** (last - p), lambda p: 1.0)
+
+    def rate(position: int, r: int) -> float:
+        return (1.0 if order[position] == DEFAULT else 1.11) * 1000 * speed[r](position)
+
+    found = [[probe(s, rate(p, r)) for r in range(3)] for p, s in enumerate(order)]
+    finalists, kept = gather(order, found)
+    # Half a probe's drift at most (2.6% here) is left in a round's speedup.
+    for rounds in finalists:
+        assert rounds.speedups == pytest.approx((1.11,) * 3, rel=0.03)
+        assert beats_default(rounds, 0.03)
+    assert round_noise(finalists) < 0.03
+    assert verdict(finalists, kept, band=0.03, user_batch=32) in finalists
+    # Against one default measured at the list's end, the first finalist read 1.35x in
+    # the first round and lost the second at 0.91x: the drift, not the config.
+    ratios = [rate(1, r) / rate(last, r) for r in range(3)]
+    assert ratios == pytest.approx([1.11 * 0.95**-4, 1.11 * 0.95**4, 1.11])
+    assert min(ratios) < 1.0
+
+
+def test_the_noise_is_the_spread_of_the_speedups_between_rounds() -> None:
     assert relative_spread([90, 100, 110]) == pytest.approx(0.1)
     assert relative_spread([100]) is None
-    configs = [
-        measured(workers(1), 100, 200, 100),  # the fastest; round 2 ran on a faster machine
-        measured(workers(2), 90, 180, 90),  # 0.9 of it in every round: no noise
-        measured(workers(3), 80, 200, 80),  # 0.8, 1.0, 0.8: half the range 0.1 over 0.8
-        measured(workers(4), 10, None, 1000),  # a failed round: not counted
+    reference = default(100, 200, 100)  # round 2 ran on a faster machine
+    finalists = [
+        against(reference, workers(1), 110, 220, 110),  # 1.1 in every round: no noise
+        against(reference, workers(3), 80, 200, 80),  # 0.8, 1.0, 0.8: 0.1 over 0.8
+        against(reference, workers(4), 10, None, 1000),  # a failed round: not counted
     ]
-    assert fastest(configs) is configs[0]
-    assert round_noise(configs) == pytest.approx((0.0 + 0.125) / 2)
-    # Nothing to compare: one config, or none complete.
+    assert round_noise(finalists) == pytest.approx((0.0 + 0.125) / 2)
+    # Nothing to compare: no speedup, or one round.
     assert round_noise([measured(workers(1), 90, 110)]) == 0.0
-    assert round_noise([measured(workers(1), 100, None), measured(workers(2), 90, 110)]) == 0.0
-    assert round_noise([measured(workers(1), 100, None)]) == 0.0
-    assert fastest([measured(workers(1), None)]) is None
+    assert round_noise([against(default(100), workers(1), 90)]) == 0.0
+    assert round_noise([]) == 0.0
 
 
-def test_a_drift_that_moves_every_config_alike_is_not_noise() -> None:
+def test_configs_are_compared_through_the_default_beside_each() -> None:
     # The machine doubles its speed over three rounds; the cheaper config is 10% slower
-    # in every one. Absolute spreads would read +-33% and tie them.
-    faster = measured(workers(8), 1000, 1500, 2000)
-    cheaper = measured(workers(2), 900, 1350, 1800)
+    # than the faster one in every round. Absolute spreads would read +-33% and tie them.
+    reference = default(500, 750, 1000)
+    faster = against(reference, workers(8), 1000, 1500, 2000)
+    cheaper = against(reference, workers(2), 900, 1350, 1800)
     assert relative_spread(faster.rates) == pytest.approx(1 / 3)
     assert round_noise([faster, cheaper]) == pytest.approx(0.0)
-    assert side_by_side([faster, cheaper]) == [
-        Candidate(faster.settings, 1500.0),
+    assert side_by_side([faster, cheaper], reference) == [
+        Candidate(faster.settings, pytest.approx(1500.0)),
         Candidate(cheaper.settings, pytest.approx(1350.0)),
     ]
-    assert verdict([faster, cheaper], None, band=0.03, user_batch=32) is faster
-    # Side by side, a config ahead in every round is ahead, whatever its median.
-    ahead = measured(workers(4), 1010, 1515, 900)  # 1% ahead twice, far behind once
-    pair = side_by_side([faster, ahead])
-    assert pair[1].samples_per_s == pytest.approx(1500 * 1.01)
-    # A config with a failed round has no figure, wherever it stands; nothing complete,
-    # nothing at all; a reference that measured nothing leaves the medians as they are.
-    broken = measured(workers(3), 5000, None, 5000)
-    assert [c.settings for c in side_by_side([broken, faster, cheaper])] == [
-        faster.settings,
-        cheaper.settings,
+    assert verdict([faster, cheaper], reference, band=0.03, user_batch=32) is faster
+    # A config ahead in two rounds of three is ahead, whatever its own median.
+    ahead = against(reference, workers(4), 1010, 1515, 900)
+    assert side_by_side([ahead], reference)[0].samples_per_s == pytest.approx(750 * 2.02)
+    # A config with a failed round has no figure; one with no default beside it, or
+    # with no default at all, keeps its own median.
+    broken = against(reference, workers(3), 5000, None, 5000)
+    alone = measured(workers(1), 700, 800, 900)
+    assert side_by_side([broken, alone, faster], reference) == [
+        Candidate(alone.settings, 800.0),
+        Candidate(faster.settings, pytest.approx(1500.0)),
     ]
-    assert side_by_side([broken]) == []
-    idle = [measured(workers(1), 0, 0), measured(workers(2), 0, 0)]
-    assert [c.samples_per_s for c in side_by_side(idle)] == [0.0, 0.0]
+    assert side_by_side([faster], None) == [Candidate(faster.settings, 1500.0)]
+    assert side_by_side([faster], default(0, 0, 0)) == [Candidate(faster.settings, 1500.0)]
 
 
 def test_the_default_wins_when_every_finalist_is_slower() -> None:
-    default = measured(DEFAULT, 1000, 1010, 990)
-    slower = [measured(workers(2), 900, 905, 910), measured(workers(4), 700, 720, 710)]
-    assert verdict(slower, default, band=0.03, user_batch=32) is default
+    reference = default(1000, 1010, 990)
+    slower = [
+        against(reference, workers(2), 900, 905, 910),
+        against(reference, workers(4), 700, 720, 710),
+    ]
+    assert verdict(slower, reference, band=0.03, user_batch=32) is reference
 
 
 def test_the_default_wins_unless_beaten_beyond_the_band() -> None:
-    default = measured(DEFAULT, 1000, 1000, 1000)
-    within = [measured(workers(2), 1040, 1040, 1040)]  # 4% faster
-    assert verdict(within, default, band=0.05, user_batch=32) is default
-    assert verdict(within, default, band=0.03, user_batch=32) is within[0]
+    reference = default(1000, 1000, 1000)
+    close = [against(reference, workers(2), 1040, 1040, 1040)]  # 4% faster
+    assert verdict(close, reference, band=0.05, user_batch=32) is reference
+    assert verdict(close, reference, band=0.03, user_batch=32) is close[0]
 
 
 def test_the_cheapest_finalist_that_beats_the_default_is_chosen() -> None:
-    default = measured(DEFAULT, 500, 500, 500)
+    reference = default(500, 500, 500)
     finalists = [
-        measured(workers(8), 1000, 1000, 1000),
-        measured(workers(2), 980, 980, 980),  # 2% off the best, 6 workers fewer
-        measured(workers(1), 900, 900, 900),  # 10% off: out
+        against(reference, workers(8), 1000, 1000, 1000),
+        against(reference, workers(2), 980, 980, 980),  # 2% off the best, 6 workers fewer
+        against(reference, workers(1), 900, 900, 900),  # 10% off: out
     ]
-    assert verdict(finalists, default, band=0.03, user_batch=32).settings.num_workers == 2
+    assert verdict(finalists, reference, band=0.03, user_batch=32).settings.num_workers == 2
     # A wider band (noisier rounds) reaches one worker.
-    assert verdict(finalists, default, band=0.15, user_batch=32).settings.num_workers == 1
+    assert verdict(finalists, reference, band=0.15, user_batch=32).settings.num_workers == 1
 
 
 def test_a_finalist_with_a_failed_round_is_never_chosen() -> None:
-    default = measured(DEFAULT, 100, 100, 100)
-    broken = measured(workers(4), 1000, None, 1000)
-    assert verdict([broken], default, band=0.03, user_batch=32) is default
+    reference = default(100, 100, 100)
+    broken = against(reference, workers(4), 1000, None, 1000)
+    assert verdict([broken], reference, band=0.03, user_batch=32) is reference
     with pytest.raises(ValueError, match="every round"):
-        verdict([broken], measured(DEFAULT, 100, None, 100), band=0.03, user_batch=32)
-
-
-def test_the_speedup_is_paired_round_by_round() -> None:
-    chosen = measured(workers(2), 200, 330, 240)
-    default = measured(DEFAULT, 100, 300, None)
-    assert paired_ratios(chosen, default) == pytest.approx((2.0, 1.1))
+        verdict([broken], default(100, None, 100), band=0.03, user_batch=32)
 
 
 def test_a_config_measured_in_no_round_has_no_typical_round() -> None:
@@ -155,16 +228,15 @@ def test_the_spread_of_two_rounds_counts_and_small_rates_too() -> None:
     assert relative_spread([90, 110]) == pytest.approx(0.1)
     assert relative_spread([0.5, 1.5]) == pytest.approx(0.5)  # a large model: < 1 sample/s
     assert relative_spread([0, 0]) is None  # nothing measured: no spread, no division by 0
-    pair = [measured(workers(1), 100, 100), measured(workers(2), 90, 110)]
-    assert round_noise(pair) == pytest.approx(0.1)
+    assert round_noise([against(default(100, 100), workers(2), 90, 110)]) == pytest.approx(0.1)
 
 
 def test_beating_the_default_means_beyond_the_band_not_at_it() -> None:
-    default = measured(DEFAULT, 1000, 1000, 1000)
-    at_band = [measured(workers(2), 1250, 1250, 1250)]  # exactly 25% faster
-    assert verdict(at_band, default, band=0.25, user_batch=32) is default
-    beyond = [measured(workers(2), 1251, 1251, 1251)]
-    assert verdict(beyond, default, band=0.25, user_batch=32) is beyond[0]
+    reference = default(1000, 1000, 1000)
+    at_band = [against(reference, workers(2), 1250, 1250, 1250)]  # exactly 25% faster
+    assert verdict(at_band, reference, band=0.25, user_batch=32) is reference
+    beyond = [against(reference, workers(2), 1251, 1251, 1251)]
+    assert verdict(beyond, reference, band=0.25, user_batch=32) is beyond[0]
 
 
 def test_without_a_default_the_cheapest_near_the_fastest_is_chosen() -> None:
@@ -176,45 +248,47 @@ def test_without_a_default_the_cheapest_near_the_fastest_is_chosen() -> None:
 
 
 def test_the_speedup_leaves_out_rounds_the_default_measured_nothing_in() -> None:
-    chosen = measured(workers(2), 200, 300, 1.5)
-    default = measured(DEFAULT, 0, 100, 0.5)  # nothing in round 1; under 1 sample/s in round 3
-    assert paired_ratios(chosen, default) == pytest.approx((3.0, 3.0))
+    chosen = measured(workers(2), 200, 300, 1.5, beside=(0, 100, 0.5))
+    assert chosen.speedups == pytest.approx((3.0, 3.0))  # none in round 1
+    assert measured(workers(2), 200, None, beside=(100, 100)).speedups == (2.0,)
+    assert measured(workers(2), 200, 300).speedups == ()  # never beside the default
 
 
 def test_a_finalist_that_lost_a_round_to_the_default_does_not_beat_it() -> None:
     # The search of hf-style-text that sold a slowdown: the median is 16% up, beyond
     # a 5% band, but round 1 measured the default faster (0.87x): not shown faster.
-    default = measured(DEFAULT, 358, 270, 294)
-    lost_one = [measured(workers(2), 311, 340, 344)]
-    assert verdict(lost_one, default, band=0.05, user_batch=32) is default
-    won_all = [measured(workers(2), 360, 340, 344)]  # 1.006x, 1.26x, 1.17x
-    assert verdict(won_all, default, band=0.05, user_batch=32) is won_all[0]
+    reference = default(358, 270, 294)
+    lost_one = [against(reference, workers(2), 311, 340, 344)]
+    assert verdict(lost_one, reference, band=0.05, user_batch=32) is reference
+    won_all = [against(reference, workers(2), 360, 340, 344)]  # 1.006x, 1.26x, 1.17x
+    assert verdict(won_all, reference, band=0.05, user_batch=32) is won_all[0]
 
 
-def test_the_default_is_beaten_by_the_speedup_side_by_side_not_by_the_medians() -> None:
+def test_the_default_is_beaten_by_the_speedup_round_by_round_not_by_the_medians() -> None:
     # numpy-memmap, seed 3, at 1ed0a02: a round that read the default low (8,667) widened
     # the noise to 12%, and the medians are 5% apart (13,196 vs 12,516), but the config
-    # won every round side by side by 1.49x, 1.05x and 1.29x: 1.29x is beyond 12%.
-    default = measured(DEFAULT, 8667, 12559, 12516)
-    faster = [measured(Settings(batch_size=64, threads=2), 12892, 13196, 16193)]
-    assert verdict(faster, default, band=0.12, user_batch=32) is faster[0]
-    # The medians 30% apart, but side by side 1.30x, 1.05x and 1.04x: 1.05x is within 10%.
-    default = measured(DEFAULT, 1000, 1000, 1400)
-    medians_apart = [measured(workers(2), 1300, 1050, 1450)]
-    assert verdict(medians_apart, default, band=0.10, user_batch=32) is default
-    assert beats_default(medians_apart[0], default, 0.04) is True
+    # won every round by 1.49x, 1.05x and 1.29x: 1.29x is beyond 12%.
+    reference = default(8667, 12559, 12516)
+    faster = [against(reference, Settings(batch_size=64, threads=2), 12892, 13196, 16193)]
+    assert verdict(faster, reference, band=0.12, user_batch=32) is faster[0]
+    # The medians 30% apart, but round by round 1.30x, 1.05x and 1.04x: 1.05x is within 10%.
+    reference = default(1000, 1000, 1400)
+    medians_apart = [against(reference, workers(2), 1300, 1050, 1450)]
+    assert verdict(medians_apart, reference, band=0.10, user_batch=32) is reference
+    assert beats_default(medians_apart[0], 0.04) is True
 
 
 @pytest.mark.parametrize(
-    ("chosen", "default", "beats"),
+    ("rates", "beside", "beats"),
     [
         ((101, 200), (100, 199), True),
         ((100, 200), (100, 199), False),  # a tie is not a win
         ((101, None), (100, 500), True),  # only rounds that measured both count
+        ((101, 500), (100, None), True),
         ((None, None), (100, 100), False),  # no round to compare: not shown faster
     ],
 )
 def test_beating_every_round_is_strict_and_only_counts_rounds_with_both(
-    chosen: tuple[float | None, ...], default: tuple[float | None, ...], beats: bool
+    rates: tuple[float | None, ...], beside: tuple[float | None, ...], beats: bool
 ) -> None:
-    assert beats_every_round(measured(workers(2), *chosen), measured(DEFAULT, *default)) is beats
+    assert beats_every_round(measured(workers(2), *rates, beside=beside)) is beats

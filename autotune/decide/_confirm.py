@@ -1,22 +1,23 @@
 """Confirming: the finalists and the default loader measured again in interleaved
-rounds (A B C D, D C B A, ...), each round a new full-length probe of every config,
-then the verdict of :mod:`autotune.decide._rounds`."""
+rounds, the default first, last and after every two finalists (D A B D C E D, then in
+turning order), each a new full-length probe, then the verdict of :mod:`autotune.decide._rounds`."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import optuna
 
 from autotune.decide._choose import OVERLAP_FACTOR, Candidate, cheapest_within, finalists
-from autotune.decide._rounds import Rounds, paired_ratios, round_noise, verdict
+from autotune.decide._rounds import BESIDE, gather, interleaved, round_noise, verdict
 from autotune.explore import Backend, ExplorePlan
 from autotune.explore._bounds import Bounds
 from autotune.probe import Measurement
 from autotune.progress._progress import Progress
 from autotune.settings._settings import Settings
 from autotune.space._space import Space
-from autotune.study._study import GROUP, TrialRecord, records
+from autotune.study._study import GROUP, POSITION, TrialRecord, records
 
 _MEASURED = ("COMPLETE", "PRUNED")
 
@@ -83,20 +84,19 @@ def confirm(
     options = plan.options
     user_batch = baseline.batch_size
     configs, notes = _finalist_settings(plan, explored, baseline, default_threads)
-    order = [*configs, baseline]
-    roles = ["confirm"] * len(configs) + ["baseline"]
+    order = interleaved(configs, baseline)
+    roles = ["baseline" if settings == baseline else "confirm" for settings in order]
     progress.phase(
         "confirm",
         f"measuring {len(configs)} finalist(s) and the default loader again, in "
-        f"{options.rounds} interleaved round(s)",
+        f"{options.rounds} interleaved round(s), the default beside every two",
     )
     for note in notes:  # under the phase whose finalists they count among
         progress.message(note)
     progress.plan("confirm", len(order) * options.rounds, None, later=later)
     groups = runner.measure(plan, order, roles, options.rounds)
-    measured = _rounds_of(plan.study, groups, order)
-    default, finalist_rounds = measured[-1], measured[:-1]
-    noise = round_noise(measured)
+    finalist_rounds, default = gather(order, _measured(plan.study, groups, len(order)))
+    noise = round_noise(finalist_rounds)
     try:
         pick = verdict(
             finalist_rounds,
@@ -121,7 +121,7 @@ def confirm(
         rounds=options.rounds,
         noise=noise,
         rates=pick.rates,
-        speedup_rounds=paired_ratios(pick, default) if default.complete else (),
+        speedup_rounds=pick.speedups if default.complete else (),
         is_default=pick is default,
     )
 
@@ -177,10 +177,12 @@ TWINS = 2
 
 
 def most_confirmed(limit: int) -> int:
-    """The most configs a confirming round measures for a ``limit`` of finalists: up to
+    """The most probes a confirming round runs for a ``limit`` of finalists: up to
     ``OVERLAP_FACTOR`` x ``limit`` finalists where their figures overlap, the leader's
-    loader without workers, the persistent twins, and the default loader."""
-    return OVERLAP_FACTOR * limit + 1 + TWINS + 1
+    loader without workers and the persistent twins, and the default loader beside
+    them (:func:`autotune.decide._rounds.interleaved`)."""
+    configs = OVERLAP_FACTOR * limit + 1 + TWINS
+    return configs + math.ceil(configs / BESIDE) + 1
 
 
 def persistent_twins(chosen: list[Candidate], space: Space) -> list[Settings]:
@@ -228,34 +230,22 @@ def without_workers(
     return lighter if space.contains(lighter) else None
 
 
-def _rounds_of(study: optuna.Study, groups: list[str], order: list[Settings]) -> list[Rounds]:
-    """Each config's measurement in each round (None where its probe failed)."""
+def _measured(study: optuna.Study, groups: list[str], size: int) -> list[list[Measurement | None]]:
+    """The measurement at each position of a round's order, in each round
+    (``[position][round]``; None where the probe failed)."""
     index = {group: i for i, group in enumerate(groups)}
-    found: list[list[Measurement | None]] = [[None] * len(groups) for _ in order]
+    found: list[list[Measurement | None]] = [[None] * len(groups) for _ in range(size)]
     for trial in study.get_trials(deepcopy=False):
         round_index = index.get(str(trial.user_attrs.get(GROUP)))
-        if round_index is None:
+        position = trial.user_attrs.get(POSITION)
+        if round_index is None or not isinstance(position, int) or not 0 <= position < size:
             continue
         record = TrialRecord.from_trial(trial)
         measurement = record.measurement
         if record.state != "COMPLETE" or record.failure is not None or measurement is None:
             continue
-        slot = _slot(order, measurement.settings, role=record.role)
-        if slot is not None:
-            found[slot][round_index] = measurement
-    return [
-        Rounds(settings=settings, measurements=tuple(found[i])) for i, settings in enumerate(order)
-    ]
-
-
-def _slot(order: list[Settings], settings: Settings, *, role: str) -> int | None:
-    """Where a measured config sits in ``order``: the default loader is the last."""
-    if role == "baseline":
-        return len(order) - 1
-    for i, candidate in enumerate(order[:-1]):
-        if candidate == settings:
-            return i
-    return None
+        found[position][round_index] = measurement
+    return found
 
 
 def _from_exploration(

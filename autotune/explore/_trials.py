@@ -13,7 +13,7 @@ from optuna.trial import TrialState
 from autotune.explore._backend import ExplorePlan
 from autotune.probe import Figures
 from autotune.settings._settings import Settings
-from autotune.study._study import GROUP, OWNER, ROLE, SETTINGS, TrialRecord, owner
+from autotune.study._study import GROUP, OWNER, POSITION, ROLE, SETTINGS, TrialRecord, owner
 
 
 def report_windows(trial: optuna.Trial, figures: Figures, *, after: int = 0) -> None:
@@ -55,7 +55,9 @@ def group_attrs(
 ) -> tuple[str, list[dict[str, Any]]]:
     """A new group id (one confirming round), and the attributes of a trial for each
     config to measure fully, in the order to measure them: as given in odd rounds
-    (counted from 1), reversed in even ones (A B C D, D C B A, A B C D, ...).
+    (counted from 1), reversed in even ones (A B C D, D C B A, A B C D, ...). Each
+    trial records its config's position in ``settings`` (a config may stand there more
+    than once: the default loader beside every finalist).
 
     Within a round of minutes the machine's speed drifts. In one order every round, the
     configs measured last would get the same share of that drift every time, and a ratio
@@ -65,8 +67,8 @@ def group_attrs(
     favours each config in one round as much as it costs it in the next."""
     group = uuid.uuid4().hex
     attrs = [
-        {ROLE: role, SETTINGS: config.to_dict(), GROUP: group}
-        for config, role in zip(settings, roles, strict=True)
+        {ROLE: role, SETTINGS: config.to_dict(), GROUP: group, POSITION: position}
+        for position, (config, role) in enumerate(zip(settings, roles, strict=True))
     ]
     return group, attrs if round_number % 2 else attrs[::-1]
 
