@@ -160,7 +160,7 @@ def test_with_ddp_finalists_the_ddp_figures_choose() -> None:
     fast = Measurement(settings=workers, figures=one_rank)
     chosen, ddp = run_ddp_stage(
         placement=TWO_CPU_RANKS,
-        template=template(workloads.SleepyDataset(delay=0.01)),
+        template=template(workloads.SleepyDataset(delay=0.03)),
         winner=cheap,  # equally fast on one rank; as DDP, workers waiting on I/O win
         finalists=[cheap, fast],
         info={"buffers": 0, "gradient_bytes": 1000},
