@@ -365,6 +365,9 @@ def test_the_rounds_are_announced_and_recorded_by_role() -> None:
     assert backend.study is not None
     roles = Counter(record.role for record in records(backend.study))
     assert roles == {"explore": 3, "confirm": 9, "baseline": 9}
+    # Every measurement of the default loader is its baseline, and only those.
+    confirming = [r for r in records(backend.study) if r.role != "explore"]
+    assert all((r.settings == DEFAULT) == (r.role == "baseline") for r in confirming)
 
 
 def test_every_finalist_is_measured_in_its_own_slot_and_any_can_win() -> None:

@@ -111,6 +111,19 @@ def test_a_finalist_is_measured_beside_the_default_nearest_to_it() -> None:
     assert alone == [] and kept.rates == (100.0,)
 
 
+def test_a_default_that_measured_nothing_is_left_out_and_one_under_a_sample_counts() -> None:
+    a = workers(1)
+    found = [
+        [probe(DEFAULT, 0), probe(DEFAULT, 0.5)],
+        [probe(a, 300), probe(a, 3)],
+        [probe(DEFAULT, 100), probe(DEFAULT, 2.0)],
+    ]
+    (finalist,), _ = gather(interleaved([a], DEFAULT), found)
+    # 0 samples/s measured nothing: the other neighbour alone. Under 1 sample/s (a large
+    # model) is a measurement like any other: the geometric mean of 0.5 and 2.0.
+    assert finalist.beside == pytest.approx((100.0, 1.0))
+
+
 def test_a_drift_within_a_round_cancels_beside_the_default() -> None:
     # large-model, seed 1, at 22babf0: the machine slowed through a round. Here each
     # probe runs 5% slower than the one before, in the first round and in the second
@@ -180,7 +193,20 @@ def test_configs_are_compared_through_the_default_beside_each() -> None:
         Candidate(faster.settings, pytest.approx(1500.0)),
     ]
     assert side_by_side([faster], None) == [Candidate(faster.settings, 1500.0)]
+    # A large model: a default under 1 sample/s is a reference like any other.
+    slow = default(0.5, 0.9, 0.25)
+    alike = side_by_side([against(slow, workers(1), 3, 1, 1)], slow)  # 6x, 1.1x, 4x
+    assert alike[0].samples_per_s == pytest.approx(0.5 * 4)
     assert side_by_side([faster], default(0, 0, 0)) == [Candidate(faster.settings, 1500.0)]
+
+
+def test_a_finalist_measured_at_a_slower_moment_is_judged_by_its_speedup() -> None:
+    # The cheaper config ran while the machine was slower: 25% under the other by its
+    # median, but as fast beside the default measured next to it, so it is chosen.
+    reference = default(100, 200, 100)
+    eight = measured(workers(8), 200, 400, 200, beside=(100, 200, 100))
+    two = measured(workers(2), 150, 300, 150, beside=(75, 150, 75))
+    assert verdict([eight, two], reference, band=0.03, user_batch=32) is two
 
 
 def test_the_default_wins_when_every_finalist_is_slower() -> None:

@@ -237,14 +237,13 @@ def _measured(study: optuna.Study, groups: list[str], size: int) -> list[list[Me
     found: list[list[Measurement | None]] = [[None] * len(groups) for _ in range(size)]
     for trial in study.get_trials(deepcopy=False):
         round_index = index.get(str(trial.user_attrs.get(GROUP)))
-        position = trial.user_attrs.get(POSITION)
-        if round_index is None or not isinstance(position, int) or not 0 <= position < size:
+        if round_index is None:
             continue
         record = TrialRecord.from_trial(trial)
         measurement = record.measurement
         if record.state != "COMPLETE" or record.failure is not None or measurement is None:
             continue
-        found[position][round_index] = measurement
+        found[trial.user_attrs[POSITION]][round_index] = measurement  # every round's trial has one
     return found
 
 

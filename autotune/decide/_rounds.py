@@ -126,15 +126,15 @@ def gather(
     order: Sequence[Settings], found: Sequence[Sequence[Measurement | None]]
 ) -> tuple[list[Rounds], Rounds]:
     """The finalists' rounds and the default loader's, from the measurements of rounds
-    laid out as :func:`interleaved` gives them (``found[position][round]``, None where
-    a probe failed).
+    laid out as :func:`interleaved` gives them, the default at least
+    (``found[position][round]``, None where a probe failed).
 
     A finalist is measured beside the geometric mean of the default's measurements
     nearest before and after it in the round (the one that measured, where the other
     failed). The default's figure of a round is its median measurement there (the lower
     middle), None where every one of them failed.
     """
-    count = len(found[0]) if found else 0
+    count = len(found[0])
     at_default = [p for p, settings in enumerate(order) if settings == order[0]]
     finalists = []
     for position, settings in enumerate(order):
