@@ -1,6 +1,7 @@
 """Confirming: the finalists and the default loader measured again in interleaved
 rounds, the default first, last and after every two finalists (D A B D C E D, then in
-turning order), each a new full-length probe, then the verdict of :mod:`autotune.decide._rounds`."""
+turning order), each a new full-length probe, then the verdict of
+:mod:`autotune.decide._rounds`."""
 
 from __future__ import annotations
 

@@ -57,7 +57,7 @@ def group_attrs(
     config to measure fully, in the order to measure them: as given in odd rounds
     (counted from 1), reversed in even ones (A B C D, D C B A, A B C D, ...). Each
     trial records its config's position in ``settings`` (a config may stand there more
-    than once: the default loader beside every finalist).
+    than once: the default loader beside the finalists).
 
     Within a round of minutes the machine's speed drifts. In one order every round, the
     configs measured last would get the same share of that drift every time, and a ratio
