@@ -9,6 +9,11 @@ config, round after round (the order rotating), by:
 - ``probe-nowatch``: the probe with the search's memory watch replaced by a no-op;
 - ``probe-bare``: the probe's own process alone, its parent only reading its windows
   (no memory watch, no device monitor, no polling);
+- ``probe-bare+PIECES``: the bare probe with pieces of its process replaced, ``+``-joined:
+  ``plainloop`` (the measuring loop replaced by the plain loop's ``timed_loop``, the same
+  warm-up and one span as long as the windows), ``plainstep`` (the plain loop's training
+  step instead of the probe's ``Trainer``), ``noseed`` (no seeding of random, numpy and
+  torch); for example ``probe-bare+plainloop`` or ``probe-bare+noseed+plainstep``;
 - ``plain``: the plain-loop checker (a new interpreter, no autotune code);
 - ``plain-forkserver``: the plain loop's code run in a child of the probes' fork server.
 
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import multiprocessing
 import os
@@ -35,6 +41,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import autotune.probe._child as probe_child
 from autotune import Settings
 from autotune.probe import Figures, ProbeRequest, Window, _runner
 from autotune.probe._child import child_main
@@ -79,27 +86,109 @@ def _plain_in_forkserver(plan: _checker.Plan) -> float:
     return rate
 
 
-def _bare_probe(request: ProbeRequest) -> float:
-    """samples/s of a probe whose parent does nothing but read its events."""
+PIECES = ("plainloop", "plainstep", "noseed")
+"""Pieces of the probe process that ``probe-bare+PIECE`` replaces (see the module docstring)."""
+
+
+def _plain_timing(
+    pace: Any,
+    *,
+    next_batch: Callable[[], tuple[Any, int]],
+    copy: Callable[[Any], Any],
+    work: Callable[[Any], None],
+    echo: int,
+    max_windows: int,
+    device: Any,
+    timer: Any = None,
+) -> None:
+    """The probe's measuring loop replaced by the plain loop's: ``_checker.timed_loop``
+    over the probe's batches and training step, as long as the probe's windows, its
+    figure sent as one ``("rate", samples/s)`` event."""
+    plan = _checker.Plan(
+        config="",
+        settings={},
+        seconds=pace.window_seconds * max_windows,
+        warmup=pace.warmup_seconds,
+    )
+
+    def train(batch: Any) -> None:
+        for _ in range(echo):
+            work(batch)
+
+    rate = _checker.timed_loop(
+        (next_batch()[0] for _ in itertools.count()),
+        train,
+        plan,
+        device=device,
+        non_blocking=False,
+        default_n=1,
+        queued=pace.queued,
+        cycle=pace.turn,
+    )
+    pace.send(("rate", rate))
+
+
+class _PlainTrainer:
+    """The plain loop's training step where the probe has its ``Trainer``."""
+
+    def __init__(self, workload: Any, model: Any, device: Any, amp: Any) -> None:
+        self.step = _checker.make_train_step(workload, model, device, amp)
+
+
+def _patched_child(
+    request: ProbeRequest, events: Connection, control: Connection, pieces: frozenset[str]
+) -> None:
+    """The probe process with ``pieces`` (of :data:`PIECES`) replaced."""
+    if "noseed" in pieces:
+        probe_child.seed = lambda seed: None  # type: ignore[attr-defined]
+    if "plainloop" in pieces:
+        probe_child.measure = _plain_timing  # type: ignore[attr-defined]
+    if "plainstep" in pieces:
+        probe_child.Trainer = _PlainTrainer  # type: ignore[attr-defined,assignment]
+    child_main(request, events, control)
+
+
+def _bare_probe(request: ProbeRequest, pieces: frozenset[str] = frozenset()) -> float:
+    """samples/s of a probe whose parent does nothing but read its events; ``pieces``
+    of its process replaced (:data:`PIECES`)."""
     context: Any = _runner.probe_context()
     events, events_child = context.Pipe(duplex=False)
     control_child, control = context.Pipe(duplex=False)
-    child = context.Process(target=child_main, args=(request, events_child, control_child))
+    child = context.Process(
+        target=_patched_child, args=(request, events_child, control_child, pieces)
+    )
     child.start()
     events_child.close()
     control_child.close()
     windows: list[Window] = []
+    rate: float | None = None
     while True:
         kind, payload = events.recv()
         if kind == "window":
             windows.append(payload)
+        elif kind == "rate":
+            rate = payload
         elif kind == "error":
             raise RuntimeError(f"the bare probe failed: {payload.message}")
         elif kind == "done":
             break
     control.close()
     child.join()
-    return Figures(windows=tuple(windows)).samples_per_s
+    return rate if rate is not None else Figures(windows=tuple(windows)).samples_per_s
+
+
+def canonical(name: str) -> str:
+    """A variant's name with its replaced pieces in :data:`PIECES`' order
+    (``probe-bare+noseed+plainloop`` is ``probe-bare+plainloop+noseed``)."""
+    base, *pieces = name.split("+")
+    if base != "probe-bare" or not set(pieces) <= set(PIECES):
+        return name
+    return "+".join([base, *(piece for piece in PIECES if piece in pieces)])
+
+
+def _bare_with(request: ProbeRequest, pieces: frozenset[str]) -> Callable[[], float]:
+    """The bare probe of ``request`` with ``pieces`` replaced, as a variant."""
+    return lambda: _bare_probe(request, pieces)
 
 
 def variants(
@@ -133,6 +222,11 @@ def variants(
     return {
         "probe": probe(),
         "probe-bare": lambda: _bare_probe(bare),
+        **{
+            f"probe-bare+{'+'.join(combination)}": _bare_with(bare, frozenset(combination))
+            for size in range(1, len(PIECES) + 1)
+            for combination in itertools.combinations(PIECES, size)
+        },
         "probe-spawn": probe(context=multiprocessing.get_context("spawn")),
         "probe-nowatch": probe(watch=_NoWatch),
         "plain": lambda: _checker.measure(
@@ -153,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     settings = Settings.from_dict(json.loads(options.settings))
     every = variants(options.config.resolve(), settings, options.warmup, options.seconds)
+    options.variants = [canonical(name) for name in options.variants]
     unknown = sorted(set(options.variants) - set(every))
     if unknown:
         parser.error(f"unknown variants {unknown}; expected some of {sorted(every)}")
