@@ -116,13 +116,16 @@ def _plain_timing(
         for _ in range(echo):
             work(batch)
 
+    # The plain loop counts a batch's samples from its tensors, else as a full batch:
+    # the first batch's count from the sampler stands for that full batch.
+    first, full = next_batch()
     rate = _checker.timed_loop(
-        (next_batch()[0] for _ in itertools.count()),
+        itertools.chain([first], (next_batch()[0] for _ in itertools.count())),
         train,
         plan,
         device=device,
         non_blocking=False,
-        default_n=1,
+        default_n=full,
         queued=pace.queued,
         cycle=pace.turn,
     )
