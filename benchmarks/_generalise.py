@@ -7,7 +7,8 @@ set of rounds:
 
 - the grid: num_workers {0, 1, 2, 4, 8, 16} x training threads {1, every CPU} x
   persistent_workers {no, yes} (persistence only with workers), prefetch_factor at
-  the DataLoader's default, at the user's batch size with AMP off, and again at each
+  the DataLoader's default, each worker's native threads capped at 1 as the search's
+  default space caps them, at the user's batch size with AMP off, and again at each
   other (batch size, AMP) a search chose;
 - the default loader (``Settings(batch_size=user's)``, threads left to torch);
 - each search's choice.
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from autotune import Settings
-from autotune.settings._settings import TORCH_PREFETCH
+from autotune.settings._settings import TORCH_PREFETCH, WORKER_THREADS
 from benchmarks._agreement import Searched, run_search, study_folder
 from benchmarks._generalise_rounds import (
     FINAL_ROUNDS,
@@ -57,7 +58,7 @@ DEFAULT_SEEDS = 3
 DEFAULT_ROUNDS = 3
 MIN_ROUNDS = 3
 """The checker's medians come from at least this many interleaved rounds (issue 14)."""
-GRID_KNOBS = ("num_workers", "threads", "persistent_workers")
+GRID_KNOBS = ("num_workers", "threads", "persistent_workers", "worker_threads")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -69,12 +70,18 @@ class GridSpec:
     """Training threads; ``"all"``: every CPU."""
     persistent: tuple[bool, ...] = (False, True)
     """persistent_workers, for the points with workers."""
+    worker_threads: tuple[int | None, ...] = (WORKER_THREADS,)
+    """The native threads of each worker, for the points with workers: capped as
+    autotune's default space caps them (``None``: as the libraries start them, one per
+    core in every worker). Only a dataset that calls numpy's BLAS or OpenMP in its
+    workers tells the two apart, so the full grid measures the cap alone."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "num_workers": list(self.workers),
             "threads": list(self.threads),
             "persistent_workers": list(self.persistent),
+            "worker_threads": list(self.worker_threads),
         }
 
 
@@ -115,6 +122,9 @@ def parse_grid(text: str | None) -> GridSpec:
         workers=tuple(_checked(values, "num_workers", _is_workers, GRID_WORKERS)),
         threads=tuple(_checked(values, "threads", _is_threads, (1, ALL_CPUS))),
         persistent=tuple(_checked(values, "persistent_workers", _is_flag, (False, True))),
+        worker_threads=tuple(
+            _checked(values, "worker_threads", _is_worker_threads, (WORKER_THREADS,))
+        ),
     )
 
 
@@ -137,10 +147,15 @@ def _is_flag(value: Any) -> bool:
     return isinstance(value, bool)
 
 
+def _is_worker_threads(value: Any) -> bool:
+    return value is None or (_is_workers(value) and value >= 1)
+
+
 _EXPECTED = {
     "num_workers": "integers >= 0",
     "threads": f'integers >= 1 or "{ALL_CPUS}"',
     "persistent_workers": "true or false",
+    "worker_threads": "integers >= 1 or null",
 }
 
 
@@ -158,8 +173,9 @@ def _checked(
 
 
 def grid_points(batch_size: int, amp: str, cpus: int, spec: GridSpec) -> list[Settings]:
-    """The grid at one batch size and AMP mode: workers x threads x persistence
-    (persistence only with workers), prefetch_factor at the DataLoader's default, spelt
+    """The grid at one batch size and AMP mode: workers x threads x persistence x the
+    workers' native threads (the last two only with workers), prefetch_factor at the
+    DataLoader's default, spelt
     out: a search's choice of that depth is then the same point, measured once (left
     unset, it was measured twice, and the two medians of one loader differed by up to
     22% in one run)."""
@@ -168,16 +184,18 @@ def grid_points(batch_size: int, amp: str, cpus: int, spec: GridSpec) -> list[Se
     for workers in spec.workers:
         for count in threads:
             for persistent in spec.persistent if workers > 0 else (False,):
-                points.append(
-                    Settings(
-                        batch_size=batch_size,
-                        num_workers=workers,
-                        prefetch_factor=TORCH_PREFETCH if workers > 0 else None,
-                        persistent_workers=persistent,
-                        amp=cast("AmpMode", amp),  # off, or a mode a search chose
-                        threads=count,
+                for capped in spec.worker_threads if workers > 0 else (None,):
+                    points.append(
+                        Settings(
+                            batch_size=batch_size,
+                            num_workers=workers,
+                            prefetch_factor=TORCH_PREFETCH if workers > 0 else None,
+                            persistent_workers=persistent,
+                            amp=cast("AmpMode", amp),  # off, or a mode a search chose
+                            threads=count,
+                            worker_threads=capped,
+                        )
                     )
-                )
     return points
 
 

@@ -30,7 +30,7 @@ one day do not overwrite each other."""
 GRID_HELP = (
     "the plain loop's grid: full (default), small (workers 0,2, persistent, threads 1 and "
     "all: a run that only shows the mode works), or a JSON object narrowing num_workers, "
-    'threads ("all": every CPU), persistent_workers, e.g. '
+    'threads ("all": every CPU), persistent_workers, worker_threads (null: uncapped), e.g. '
     '\'{"num_workers": [0, 2, 4], "threads": ["all"]}\''
 )
 """``--grid`` as this mode reads it (the flag is shared with ``--online``)."""

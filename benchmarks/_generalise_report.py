@@ -45,15 +45,15 @@ while starting; the seconds end on a whole turn of the workers), the grid
 (num_workers {_values(grid["num_workers"])}
 × training threads {_values(grid["threads"])} × persistent_workers
 {_values(grid["persistent_workers"])}, persistence only with workers, prefetch_factor at
-the DataLoader's default) at the user's batch size without AMP and at each other batch
-size and AMP a search chose, the default loader (`DataLoader(ds, batch_size=B)`, threads
-left to torch) and each choice. Every figure is the median of those rounds; spread is
-half their range over the median. "Grid best" is the best grid point. "autotune printed"
-is what the search printed for its choice: its samples/s with the 95% prediction
-interval of its confirming rounds (before b2fadca, their lowest and highest), and its
-speedup; "inside?" asks whether the plain loop's median falls within that samples/s
-interval. The space cost is the configs in the space the search
-covered × the checker's rounds × the mean wall time of one checker measurement in the
+the DataLoader's default{_worker_threads(grid)}) at the user's batch size without AMP
+and at each other batch size and AMP a search chose, the default loader
+(`DataLoader(ds, batch_size=B)`, threads left to torch) and each choice. Every figure
+is the median of those rounds; spread is half their range over the median. "Grid best"
+is the best grid point. "autotune printed" is what the search printed for its choice:
+its samples/s with the 95% prediction interval of its confirming rounds (before b2fadca,
+their lowest and highest), and its speedup; "inside?" asks whether the plain loop's
+median falls within that samples/s interval. The space cost is the configs in the space
+the search covered × the checker's rounds × the mean wall time of one checker measurement in the
 same run: what measuring that whole space at the checker's precision would take.
 """ + _final_reading(options)
 
@@ -79,6 +79,15 @@ def _word(value: Any) -> str:
     if isinstance(value, bool):  # before the numbers: True == 1 and False == 0
         return "yes" if value else "no"
     return "every CPU" if value == "all" else str(value)
+
+
+def _worker_threads(grid: Mapping[str, Any]) -> str:
+    """The grid's cap on each worker's native threads, said in the report's words;
+    nothing for a grid recorded before the cap existed (its workers ran as is)."""
+    if "worker_threads" not in grid:
+        return ""
+    values = ", ".join("as is" if v is None else str(v) for v in grid["worker_threads"])
+    return f", each worker's native threads: {values}"
 
 
 def _values(values: Sequence[Any]) -> str:

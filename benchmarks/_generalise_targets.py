@@ -36,7 +36,7 @@ WORST_VS_GRID = 0.93
 VS_DEFAULT = 0.98
 SEARCH_VS_SPACE = 0.10
 SHARED_KNOBS = ("pin_memory", "batch_size", "amp", "echo", "threads")
-WORKER_KNOBS = ("prefetch_factor", "persistent_workers")
+WORKER_KNOBS = ("prefetch_factor", "persistent_workers", "worker_threads")
 
 
 def _values(domain: Mapping[str, Any] | None) -> list[Any]:

@@ -61,7 +61,13 @@ EPOCH_ITEMS: dict[str, int] = {
     "hf-style-text": 8192,
 }
 """Items per epoch; a workload not named here is timed over its dataset as it is."""
-LOADER_KNOBS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory")
+LOADER_KNOBS = (
+    "num_workers",
+    "prefetch_factor",
+    "persistent_workers",
+    "pin_memory",
+    "worker_threads",
+)
 LOADERS = ("default", "static", "online")
 
 Say = Callable[[str], None]

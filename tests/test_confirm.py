@@ -126,7 +126,9 @@ class Recorded(QuietProgress):
 
 
 def workers(n: int) -> Settings:
-    return Settings(batch_size=32, num_workers=n, prefetch_factor=2, persistent_workers=True)
+    return Settings(
+        batch_size=32, num_workers=n, prefetch_factor=2, persistent_workers=True, worker_threads=1
+    )
 
 
 def finalists_in(order: list[str]) -> list[str]:
@@ -346,7 +348,9 @@ def test_the_default_in_effect_among_the_finalists_is_left_to_the_default_loader
 
 def wide(n: int) -> Settings:
     """``n`` workers at batch size 64: without workers, not the default loader (32)."""
-    return Settings(batch_size=64, num_workers=n, prefetch_factor=2, persistent_workers=True)
+    return Settings(
+        batch_size=64, num_workers=n, prefetch_factor=2, persistent_workers=True, worker_threads=1
+    )
 
 
 def ceiling_at(rate: float, settings: Settings) -> Bounds:
@@ -525,7 +529,7 @@ def test_the_default_loader_is_measured_once_a_round_not_again_as_a_finalist() -
 def test_the_loader_without_workers_is_left_out_when_it_is_the_default_in_effect() -> None:
     # The leader at its ceiling, without workers, is the default loader with torch's own
     # 2 threads spelled out: the default loader already measures it every round.
-    leader = Settings(batch_size=32, num_workers=4, prefetch_factor=2, threads=2)
+    leader = Settings(batch_size=32, num_workers=4, prefetch_factor=2, threads=2, worker_threads=1)
     twin = Settings(batch_size=32, threads=2)
     space = build_space({"threads": [1, 2]}, detect_machine(None), 32)
     explored = [Candidate(leader, 1000.0), Candidate(workers(2), 900.0)]
@@ -541,7 +545,7 @@ def test_the_loader_without_workers_is_left_out_when_it_is_the_default_in_effect
 
 def fresh(n: int) -> Settings:
     """``n`` workers started anew every epoch: :func:`workers` is its persistent twin."""
-    return Settings(batch_size=32, num_workers=n, prefetch_factor=2)
+    return Settings(batch_size=32, num_workers=n, prefetch_factor=2, worker_threads=1)
 
 
 def test_the_fastest_finalists_are_confirmed_beside_their_persistent_twins() -> None:
@@ -586,7 +590,7 @@ def test_a_confirming_round_measures_at_most_most_confirmed_configs() -> None:
     # Eight loaders at batch 64 whose workers start every epoch, all within the band, the
     # leader at its compute ceiling: every kind of extra config joins.
     def fresh64(n: int) -> Settings:
-        return Settings(batch_size=64, num_workers=n, prefetch_factor=2)
+        return Settings(batch_size=64, num_workers=n, prefetch_factor=2, worker_threads=1)
 
     explored = [Candidate(fresh64(n), 1000.0 - n) for n in range(1, 9)]
     backend, _ = run(lambda s, r: 1000.0, explored=explored, bounds=ceiling_at(1000.0, fresh64(1)))

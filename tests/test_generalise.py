@@ -59,6 +59,8 @@ def test_the_full_grid_is_workers_by_threads_by_persistence_with_workers() -> No
     assert {(s.batch_size, s.amp, s.pin_memory) for s in points} == {(32, "off", False)}
     # The DataLoader's default depth, spelt out where workers load.
     assert {(s.num_workers > 0, s.prefetch_factor) for s in points} == {(False, None), (True, 2)}
+    # Workers' native threads capped as the search's default space caps them.
+    assert {(s.num_workers > 0, s.worker_threads) for s in points} == {(False, None), (True, 1)}
     assert len(grid_points(64, "bf16", 1, GridSpec())) == 11  # one CPU: one thread count
 
 
@@ -74,6 +76,14 @@ def test_a_grid_narrows_by_name_or_by_json() -> None:
     spec = parse_grid('{"num_workers": [0, 4, 4], "threads": "all", "persistent_workers": false}')
     assert spec == GridSpec(workers=(0, 4), threads=("all",), persistent=(False,))
     assert len(grid_points(32, "off", 8, spec)) == 2
+    both = parse_grid('{"num_workers": [0, 2], "threads": [1], "worker_threads": [1, null]}')
+    assert [(s.num_workers, s.worker_threads) for s in grid_points(32, "off", 2, both)] == [
+        (0, None),
+        (2, 1),
+        (2, None),
+        (2, 1),
+        (2, None),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -85,6 +95,7 @@ def test_a_grid_narrows_by_name_or_by_json() -> None:
         ('{"num_workers": [-1, 2]}', "num_workers has [-1]; expected integers >= 0"),
         ('{"threads": [0]}', "threads has [0]"),
         ('{"persistent_workers": ["yes"]}', "expected true or false"),
+        ('{"worker_threads": [0]}', "worker_threads has [0]; expected integers >= 1 or null"),
         ('{"num_workers": []}', "num_workers is empty"),
     ],
 )
@@ -98,7 +109,12 @@ def test_the_plan_adds_a_grid_per_other_chosen_batch_and_amp_and_measures_each_c
 ):
     # As a search chooses it, prefetch_factor spelt out at the DataLoader's default.
     on_grid = Settings(
-        batch_size=32, num_workers=2, prefetch_factor=2, persistent_workers=True, threads=1
+        batch_size=32,
+        num_workers=2,
+        prefetch_factor=2,
+        persistent_workers=True,
+        threads=1,
+        worker_threads=1,
     )
     other = Settings(batch_size=64, num_workers=4, prefetch_factor=4, amp="bf16", threads=2)
     choices = [(1, on_grid), (2, other), (3, on_grid)]
@@ -236,11 +252,16 @@ def result(settings: Settings, rates: tuple[float, ...], **changes: Any) -> Sear
     return SearchResult(**{**fields, **changes})
 
 
-CHOICES = {
+CHOICES = {  # as the default space caps the workers' native threads
     1: Settings(
-        batch_size=32, num_workers=2, prefetch_factor=2, persistent_workers=True, threads=1
+        batch_size=32,
+        num_workers=2,
+        prefetch_factor=2,
+        persistent_workers=True,
+        threads=1,
+        worker_threads=1,
     ),
-    2: Settings(batch_size=64, num_workers=2, prefetch_factor=4, threads=1),
+    2: Settings(batch_size=64, num_workers=2, prefetch_factor=4, threads=1, worker_threads=1),
     3: Settings(batch_size=32),
 }
 
@@ -295,7 +316,8 @@ def test_a_workload_is_searched_three_times_then_judged_by_the_plain_loop(
     assert section["grids"] == [{"batch_size": 32, "amp": "off"}, {"batch_size": 64, "amp": "off"}]
     figures = section["figures"]
     assert (
-        figures["grid_best"]["describe"] == "workers=2 prefetch=2 persistent=no batch=64 threads=1"
+        figures["grid_best"]["describe"]
+        == "workers=2 prefetch=2 persistent=no batch=64 threads=1 worker_threads=1"
     )
     assert figures["grid_best"]["samples_per_s"] == pytest.approx(352.0)
     assert [c["vs_grid"] for c in figures["choices"]] == pytest.approx(
@@ -327,8 +349,8 @@ def test_the_markdown_and_the_plot_show_every_choice(
     section = run_fake_workload(monkeypatch, tmp_path)
     table = _generalise_report.markdown(section)
     assert (
-        "| grid best | workers=2 prefetch=2 persistent=no batch=64 threads=1 | 352 (±0%) | 1.000 |"
-        in table
+        "| grid best | workers=2 prefetch=2 persistent=no batch=64 threads=1 worker_threads=1 "
+        "| 352 (±0%) | 1.000 |" in table
     )
     assert (
         "| seed 3 (the default) | workers=0 batch=32 | 100 (±0%) | 0.284 | 0.284 | 1.00 |" in table
@@ -339,8 +361,8 @@ def test_the_markdown_and_the_plot_show_every_choice(
         "3 rounds) | no, 6.6% above; speedup outside |" in table
     )
     assert (
-        "| seed 1 | workers=2 prefetch=2 persistent=yes batch=32 threads=1 | 320 (±0%) | 0.909 |"
-        in table
+        "| seed 1 | workers=2 prefetch=2 persistent=yes batch=32 threads=1 worker_threads=1 "
+        "| 320 (±0%) | 0.909 |" in table
     )
     assert "- FAIL  worst choice >= 0.93 x grid best: 0.284 (bound 0.93)" in table
     assert "seed 1 inside, seed 2 6.6% above, seed 3 inside" in table

@@ -20,6 +20,7 @@ from tuned import tuned_result
 import autotune
 from autotune.integrations import lightning
 from autotune.probe import _runner
+from autotune.settings._worker_threads import WorkerThreads
 
 # pytorch_lightning's own use of a torch API that torch 2.13 deprecates.
 pytestmark = pytest.mark.filterwarnings(r"ignore:`isinstance\(treespec, LeafSpec\)`:FutureWarning")
@@ -102,6 +103,8 @@ def test_dataloader_arguments_are_the_tuned_keywords() -> None:
     }
     with pytest.warns(UserWarning, match="tuned_loader"):
         lightning.dataloader_arguments(tuned_result(echo=2))
+    capped = tuned_result(num_workers=2, worker_threads=1)
+    assert lightning.dataloader_arguments(capped)["worker_init_fn"] == WorkerThreads(1)
 
 
 def test_a_trainer_fits_with_the_tuned_keywords(tmp_path: Path) -> None:

@@ -31,7 +31,9 @@ from benchmarks._workloads import find
 
 CPU2 = Machine(cpus=2, cpu_model="x", memory_bytes=2**30, shm_bytes=None, accelerator="cpu")
 DEFAULT = Settings(batch_size=32)
-FAST = Settings(batch_size=32, num_workers=8, prefetch_factor=4, persistent_workers=True)
+FAST = Settings(
+    batch_size=32, num_workers=8, prefetch_factor=4, persistent_workers=True, worker_threads=1
+)
 
 
 def test_the_default_grid_is_what_the_online_loader_may_reach_on_two_cpus() -> None:
@@ -51,7 +53,7 @@ def test_a_grid_narrows_the_default_and_takes_only_loader_knobs() -> None:
     narrow = {"num_workers": [0, 4], "prefetch_factor": 2, "persistent_workers": False}
     assert grid_configs(narrow, CPU2, 16) == [
         Settings(batch_size=16),
-        Settings(batch_size=16, num_workers=4, prefetch_factor=2),
+        Settings(batch_size=16, num_workers=4, prefetch_factor=2, worker_threads=1),
     ]
     with pytest.raises(ValueError, match=r"the grid has \['batch_size'\]"):
         grid_configs({"batch_size": [16, 32]}, CPU2, 16)
@@ -139,14 +141,15 @@ def test_the_fastest_grid_config_is_timed_beside_the_default_and_the_online_load
     assert default["ratio"] == pytest.approx(2.2 / 23) and default["passed"]
     table = markdown(section)
     assert (
-        "| best static | workers=8 prefetch=4 persistent=yes batch=32 | 2.00 | 2.00-2.00 "
+        "| best static | workers=8 prefetch=4 persistent=yes batch=32 worker_threads=1 | 2.00 "
+        "| 2.00-2.00 "
         "| 1.100 | <= 1.05 | FAIL |" in table
     )
     assert (
         "| default | workers=0 batch=32 | 23.00 | 23.00-23.00 | 0.096 | <= 1.00 | PASS |" in table
     )
     assert f"final choice: {FAST.describe()} (3 of 3 rounds)." in table
-    assert "Best static of 2 configs: workers=8 prefetch=4 persistent=yes batch=32, 1,350" in table
+    assert f"Best static of 2 configs: {FAST.describe()}, 1,350" in table
     assert "Samples per epoch differ" not in table
 
 
@@ -226,7 +229,8 @@ def test_the_command_line_writes_json_and_markdown(
     assert "| cpu-decode | FAILED | FAILED |" in written
     assert "### io-bound" in written and "FAILED: RuntimeError: no JPEG today" in written
     assert (
-        "| best static | workers=2 prefetch=2 persistent=no batch=32 |" in capsys.readouterr().out
+        "| best static | workers=2 prefetch=2 persistent=no batch=32 worker_threads=1 |"
+        in capsys.readouterr().out
     )
 
 

@@ -30,7 +30,14 @@ OPTIONS = ClimbOptions(max_workers=8, windows=3, tolerance=0.03)
 def s(workers: int = 0, prefetch: int | None = None, pin: bool = False) -> Settings:
     if workers and prefetch is None:
         prefetch = 2
-    return Settings(batch_size=32, num_workers=workers, prefetch_factor=prefetch, pin_memory=pin)
+    # Workers the climb starts cap their native threads (none to cap without workers).
+    return Settings(
+        batch_size=32,
+        num_workers=workers,
+        prefetch_factor=prefetch,
+        pin_memory=pin,
+        worker_threads=1,
+    )
 
 
 def window(rate: float, index: int = 0, wait: float = 0.2) -> Window:

@@ -96,7 +96,7 @@ def test_it_settles_on_the_cheapest_fastest_config_with_persistent_workers(
     assert tuner.climb is None
     # Restarting two workers (0.5 s) costs over 1% of an epoch (1000 x 0.04 s): kept.
     assert tuner.wanted == Settings(
-        batch_size=4, num_workers=2, prefetch_factor=2, persistent_workers=True
+        batch_size=4, num_workers=2, prefetch_factor=2, persistent_workers=True, worker_threads=1
     )
     settled = [r.getMessage() for r in caplog.records if "settled on" in r.getMessage()]
     assert len(settled) == 1
@@ -255,13 +255,16 @@ def test_a_handed_over_config_persists_once_an_epochs_start_shows_its_start_up(
     # Two workers were reached from none (a cold start: 0.5 s seen whole), so they
     # persist at once, as in a climb without hand-overs.
     assert tuner.wanted == Settings(
-        batch_size=4, num_workers=2, prefetch_factor=2, persistent_workers=True
+        batch_size=4, num_workers=2, prefetch_factor=2, persistent_workers=True, worker_threads=1
     )
     assert tuner.startups[
-        Settings(batch_size=4, num_workers=2, prefetch_factor=2).key()
+        Settings(batch_size=4, num_workers=2, prefetch_factor=2, worker_threads=1).key()
     ] == pytest.approx(0.5)
     # Four workers were only handed over to: their start-up hidden, so unknown.
-    assert Settings(batch_size=4, num_workers=4, prefetch_factor=2).key() not in tuner.startups
+    assert (
+        Settings(batch_size=4, num_workers=4, prefetch_factor=2, worker_threads=1).key()
+        not in tuner.startups
+    )
 
 
 def test_persistence_waits_for_a_cold_start_when_the_choice_was_handed_over(
@@ -271,7 +274,7 @@ def test_persistence_waits_for_a_cold_start_when_the_choice_was_handed_over(
     time = FakeTime()
     study = tmp_path / "online.db"
     tuner = make(time, record=study)
-    four = Settings(batch_size=4, num_workers=4, prefetch_factor=2)
+    four = Settings(batch_size=4, num_workers=4, prefetch_factor=2, worker_threads=1)
     # Four workers are the fastest; the climb reaches them from two by a hand-over.
     drive(tuner, time, 300, lambda s: 0.02 + fastest_at_two(s) * (
         0.5 if s.num_workers >= 4 else 1.0), hand_over=True)  # fmt: skip

@@ -792,7 +792,13 @@ def test_a_config_out_of_reach_is_pruned_unprobed_unless_it_is_to_be_measured() 
 
 
 def test_shared_memory_is_checked_only_where_the_probes_run(monkeypatch) -> None:
-    user = {"batch_size": 8, "num_workers": 1, "prefetch_factor": 2, "threads": 1}
+    user = {
+        "batch_size": 8,
+        "num_workers": 1,
+        "prefetch_factor": 2,
+        "threads": 1,
+        "worker_threads": 1,
+    }
     space = build_space({**user, "persistent_workers": False, "amp": "off"}, MACHINE, 8)
     settings = Settings(**user)
     monkeypatch.setattr(rules_module, "free_shm_bytes", lambda: 2**20)

@@ -175,6 +175,11 @@ def test_neighbors_start_and_stop_workers() -> None:
 CPU_NOTE = "pin_memory: left out: it needs an accelerator and this search runs on CPU."
 GPU_NOTE = "threads: left out: the model runs on the GPU."
 ECHO_NOTE = "echo: fixed at 1 (it changes what is learned; opt in with space['echo'])."
+WORKER_THREADS_NOTE = (
+    "worker_threads: fixed at 1 (the BLAS and OpenMP threads of each worker, as torch sets "
+    "its own there; None leaves one per core in every worker; widen with "
+    "space['worker_threads'])."
+)
 
 
 @pytest.mark.parametrize(
@@ -190,9 +195,11 @@ ECHO_NOTE = "echo: fixed at 1 (it changes what is learned; opt in with space['ec
     ],
 )
 def test_the_notes_say_what_each_machine_leaves_out(machine, notes) -> None:
-    assert build_space({}, machine, batch_size=32).notes == (*notes, ECHO_NOTE)
+    assert build_space({}, machine, batch_size=32).notes == (*notes, ECHO_NOTE, WORKER_THREADS_NOTE)
     # What the user sets is not left out, so it gets no note.
-    chosen = build_space({"amp": "off", "echo": [1, 2]}, machine, batch_size=32)
+    chosen = build_space(
+        {"amp": "off", "echo": [1, 2], "worker_threads": 1}, machine, batch_size=32
+    )
     assert chosen.notes == tuple(n for n in notes if not n.startswith("amp"))
 
 
@@ -307,8 +314,9 @@ def test_neighbors_of_a_config_without_workers_move_one_knob() -> None:
     space = build_space({"num_workers": [0, 1], "prefetch_factor": [1, 4]}, CPU, batch_size=32)
     none = Settings(batch_size=32, threads=1)
     around = {s.key(): s for s in space.neighbors(none)}
-    # Starting workers takes torch's prefetch (2, snapped to the nearer 1), not persistent.
-    started = Settings(batch_size=32, num_workers=1, prefetch_factor=1, threads=1)
+    # Starting workers takes torch's prefetch (2, snapped to the nearer 1), not persistent,
+    # and the space's cap on the workers' native threads.
+    started = Settings(batch_size=32, num_workers=1, prefetch_factor=1, threads=1, worker_threads=1)
     expected = [
         started,
         dataclasses.replace(none, batch_size=16),
@@ -341,6 +349,7 @@ def test_the_space_as_the_study_records_it_and_as_it_reads() -> None:
         CPU_NOTE,
         "amp: left out: this CPU has no native bf16 and fp16 is for GPUs.",
         ECHO_NOTE,
+        WORKER_THREADS_NOTE,
     ]
     assert space.to_dict() == {
         "num_workers": {"choices": [0, 2, 4]},
@@ -351,6 +360,7 @@ def test_the_space_as_the_study_records_it_and_as_it_reads() -> None:
         "amp": {"fixed": "off"},
         "echo": {"fixed": 1},
         "threads": {"low": 1, "high": 2},
+        "worker_threads": {"fixed": 1},
         "notes": notes,
     }
     assert space.describe() == [
@@ -362,5 +372,6 @@ def test_the_space_as_the_study_records_it_and_as_it_reads() -> None:
         "amp: fixed at off",
         "echo: fixed at 1",
         "threads: 1..2",
+        "worker_threads: fixed at 1 (with workers)",
         *notes,
     ]

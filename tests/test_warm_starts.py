@@ -21,8 +21,8 @@ def test_on_cpu_the_rule_of_thumb_the_cpus_split_and_no_workers_come_first() -> 
     host = machine(4)
     space = build_space({}, host, 32)
     assert described(warm_starts(space, host, 32)) == [
-        "workers=4 prefetch=2 persistent=yes batch=32 threads=4",
-        "workers=3 prefetch=2 persistent=yes batch=32 threads=1",
+        "workers=4 prefetch=2 persistent=yes batch=32 threads=4 worker_threads=1",
+        "workers=3 prefetch=2 persistent=yes batch=32 threads=1 worker_threads=1",
         "workers=0 batch=32 threads=4",
     ]
 
@@ -31,15 +31,15 @@ def test_the_split_uses_the_ranks_share_of_the_cpus() -> None:
     host = machine(8)
     space = build_space({}, host, 32, rank_cpus=2)
     starts = described(warm_starts(space, host, 32, cpus=2))
-    assert "workers=1 prefetch=2 persistent=yes batch=32 threads=1" in starts
-    assert starts[0] == "workers=2 prefetch=2 persistent=yes batch=32 threads=2"
+    assert "workers=1 prefetch=2 persistent=yes batch=32 threads=1 worker_threads=1" in starts
+    assert starts[0] == "workers=2 prefetch=2 persistent=yes batch=32 threads=2 worker_threads=1"
 
 
 def test_one_cpu_has_nothing_to_split() -> None:
     host = machine(1)
     space = build_space({}, host, 32)
     assert described(warm_starts(space, host, 32)) == [
-        "workers=1 prefetch=2 persistent=yes batch=32 threads=1",
+        "workers=1 prefetch=2 persistent=yes batch=32 threads=1 worker_threads=1",
         "workers=0 batch=32 threads=1",
     ]
 
@@ -48,8 +48,8 @@ def test_with_the_threads_fixed_the_split_leaves_them_their_cpus() -> None:
     host = machine(4)
     space = build_space({"threads": 2}, host, 32)
     assert described(warm_starts(space, host, 32)) == [
-        "workers=4 prefetch=2 persistent=yes batch=32 threads=2",
-        "workers=2 prefetch=2 persistent=yes batch=32 threads=2",
+        "workers=4 prefetch=2 persistent=yes batch=32 threads=2 worker_threads=1",
+        "workers=2 prefetch=2 persistent=yes batch=32 threads=2 worker_threads=1",
         "workers=0 batch=32 threads=2",
     ]
     # Threads that take every CPU leave none to split off.
@@ -71,9 +71,9 @@ def test_the_widened_range_comes_second_then_the_split() -> None:
     host = machine(2)
     space = build_space({"num_workers": {"low": 0, "high": 8}}, host, 32)
     assert described(warm_starts(space, host, 32, wide_workers=8)) == [
-        "workers=2 prefetch=2 persistent=yes batch=32 threads=2",
-        "workers=8 prefetch=2 persistent=yes batch=32 threads=2",
-        "workers=1 prefetch=2 persistent=yes batch=32 threads=1",
+        "workers=2 prefetch=2 persistent=yes batch=32 threads=2 worker_threads=1",
+        "workers=8 prefetch=2 persistent=yes batch=32 threads=2 worker_threads=1",
+        "workers=1 prefetch=2 persistent=yes batch=32 threads=1 worker_threads=1",
         "workers=0 batch=32 threads=2",
     ]
 
@@ -84,13 +84,13 @@ def test_the_fastest_compute_ceiling_leads_and_the_split_keeps_its_one_thread() 
     fastest = Settings(batch_size=64, num_workers=0, threads=2)
     starts = described(warm_starts(space, host, 32, fastest_model=fastest, wide_workers=8))
     assert starts == [
-        "workers=2 prefetch=2 persistent=yes batch=64 threads=2",
-        "workers=8 prefetch=2 persistent=yes batch=64 threads=2",
-        "workers=1 prefetch=2 persistent=yes batch=64 threads=1",
+        "workers=2 prefetch=2 persistent=yes batch=64 threads=2 worker_threads=1",
+        "workers=8 prefetch=2 persistent=yes batch=64 threads=2 worker_threads=1",
+        "workers=1 prefetch=2 persistent=yes batch=64 threads=1 worker_threads=1",
         "workers=0 batch=64 threads=2",
-        "workers=2 prefetch=2 persistent=yes batch=32 threads=2",
-        "workers=8 prefetch=2 persistent=yes batch=32 threads=2",
-        "workers=1 prefetch=2 persistent=yes batch=32 threads=1",
+        "workers=2 prefetch=2 persistent=yes batch=32 threads=2 worker_threads=1",
+        "workers=8 prefetch=2 persistent=yes batch=32 threads=2 worker_threads=1",
+        "workers=1 prefetch=2 persistent=yes batch=32 threads=1 worker_threads=1",
         "workers=0 batch=32 threads=2",
     ]
 
@@ -111,11 +111,11 @@ def test_no_workers_at_the_fastest_batch_also_trains_on_every_thread() -> None:
     space = build_space({}, host, 32)
     fastest = Settings(batch_size=64, num_workers=0, threads=1)
     assert described(warm_starts(space, host, 32, fastest_model=fastest)) == [
-        "workers=2 prefetch=2 persistent=yes batch=64 threads=1",
-        "workers=1 prefetch=2 persistent=yes batch=64 threads=1",
+        "workers=2 prefetch=2 persistent=yes batch=64 threads=1 worker_threads=1",
+        "workers=1 prefetch=2 persistent=yes batch=64 threads=1 worker_threads=1",
         "workers=0 batch=64 threads=1",
         "workers=0 batch=64 threads=2",
-        "workers=2 prefetch=2 persistent=yes batch=32 threads=2",
-        "workers=1 prefetch=2 persistent=yes batch=32 threads=1",
+        "workers=2 prefetch=2 persistent=yes batch=32 threads=2 worker_threads=1",
+        "workers=1 prefetch=2 persistent=yes batch=32 threads=1 worker_threads=1",
         "workers=0 batch=32 threads=2",
     ]

@@ -4,8 +4,9 @@ Pure functions over measured candidates, so the rule is testable alone.
 "Cheapest" puts first what changes training, nearest to how the user trains
 today: the user's batch size (then the nearest to it), no echo, no AMP; then
 what costs the machine (workers, prefetch depth, persistent and pinned memory,
-trainer threads): between two configs equally fast, the one that trains like
-the user's own code and uses fewer resources wins.
+trainer threads, the threads of each worker's native pools): between two configs
+equally fast, the one that trains like the user's own code and uses fewer resources
+wins.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ def cost(settings: Settings, user_batch: int) -> tuple[float, ...]:
         int(settings.persistent_workers),
         int(settings.pin_memory),
         settings.threads if settings.threads is not None else 1 << 16,
+        settings.worker_threads if settings.worker_threads is not None else 1 << 16,
     )
 
 

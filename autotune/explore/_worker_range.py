@@ -147,6 +147,9 @@ def measure_worker_range(
         short = dataclasses.replace(
             template, mode="data", max_windows=max(3, template.max_windows // 3)
         )
+        # Workers as the space's configs run them: the smallest cap it holds, if any.
+        caps = [v for v in space.worker_threads.values() if isinstance(v, int)]
+        capped = min(caps) if caps else None
         progress.phase(
             "workers",
             f"the loader alone with {start} workers and more, while it is below what the "
@@ -159,6 +162,7 @@ def measure_worker_range(
                 num_workers=count,
                 prefetch_factor=2,
                 persistent_workers=True,
+                worker_threads=capped,
             )
             result = run_probe(dataclasses.replace(short, settings=settings))
             if result.failure is not None:

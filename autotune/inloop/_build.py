@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader
 
 from autotune.inloop._order import RemainingBatches
 from autotune.settings._settings import Settings
+from autotune.settings._worker_threads import worker_init
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,7 +121,7 @@ class Loaders:
             return DataLoader(
                 data.dataset,
                 collate_fn=data.collate_fn,
-                worker_init_fn=data.worker_init_fn,
+                worker_init_fn=worker_init(settings.worker_threads, data.worker_init_fn),
                 **kwargs,
             )
 

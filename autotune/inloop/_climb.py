@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from autotune._format import format_rate
 from autotune.decide._choose import cost
 from autotune.probe import Window
-from autotune.settings._settings import TORCH_PREFETCH, Settings
+from autotune.settings._settings import TORCH_PREFETCH, WORKER_THREADS, Settings
 
 IDLE_WAIT = 0.03
 """A start without workers whose steps wait less than this share for data ends the
@@ -141,9 +141,13 @@ def _workers(settings: Settings, workers: int) -> Settings:
         return dataclasses.replace(
             settings, num_workers=0, prefetch_factor=None, persistent_workers=False
         )
-    # torch's default depth, written out: one config, one key.
+    # torch's default depth, written out: one config, one key. Workers started here cap
+    # their native pools as a search's configs do; workers already running keep theirs.
     return dataclasses.replace(
-        settings, num_workers=workers, prefetch_factor=settings.prefetch_factor or TORCH_PREFETCH
+        settings,
+        num_workers=workers,
+        prefetch_factor=settings.prefetch_factor or TORCH_PREFETCH,
+        worker_threads=settings.worker_threads if settings.num_workers else WORKER_THREADS,
     )
 
 

@@ -26,6 +26,7 @@ _KNOB_TYPES: dict[str, tuple[type, ...]] = {
     "prefetch_factor": (int, type(None)),
     "persistent_workers": (bool,),
     "pin_memory": (bool,),
+    "worker_threads": (int, type(None)),
 }
 
 
@@ -81,6 +82,7 @@ def loader_settings(
             # torch's default depth written out, as the climb writes it
             prefetch_factor=(raw.get("prefetch_factor") or 2) if workers > 0 else None,
             pin_memory=bool(raw.get("pin_memory")) and pin_memory,
+            worker_threads=raw.get("worker_threads"),
         )
     except (ConfigError, TypeError) as error:
         raise ConfigError(f"{origin}: {error}") from None

@@ -57,8 +57,9 @@ def training_arguments(result: ResultSource) -> dict[str, Any]:
     workers, ``dataloader_pin_memory``, ``dataloader_persistent_workers``), the batch
     (``per_device_train_batch_size``, and ``gradient_accumulation_steps`` that keeps your
     global batch) and the precision (``bf16``, ``fp16``), each only where the installed
-    ``TrainingArguments`` takes it. ``TrainingArguments`` has nothing for two knobs: data
-    echoing (:class:`TunedTrainer` applies it) and the training threads (call
+    ``TrainingArguments`` takes it. ``TrainingArguments`` has nothing for three knobs:
+    data echoing and the cap on each worker's native threads (:class:`TunedTrainer`
+    applies both), and the training threads (call
     ``torch.set_num_threads(result.settings.threads)`` when they are set).
 
     Args:

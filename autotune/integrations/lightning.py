@@ -29,6 +29,7 @@ from typing import Any
 from autotune.integrations._common import ResultSource, as_result, missing_extra
 from autotune.probe._runner import preload_in_probes
 from autotune.settings._settings import AmpMode
+from autotune.settings._worker_threads import worker_init
 
 _PACKAGES = ("pytorch_lightning", "lightning")
 """Lightning's two packages: either takes the keywords made here."""
@@ -68,9 +69,10 @@ def trainer_arguments(result: ResultSource) -> dict[str, Any]:
 
 def dataloader_arguments(result: ResultSource) -> dict[str, Any]:
     """``torch.utils.data.DataLoader`` keywords for ``train_dataloader``: ``batch_size``,
-    ``num_workers``, and with workers ``prefetch_factor`` and ``persistent_workers``,
-    ``pin_memory``. Data echoing is not a DataLoader keyword: :func:`tuned_loader`
-    applies it. The training threads neither: call
+    ``num_workers``, and with workers ``prefetch_factor``, ``persistent_workers`` and
+    the ``worker_init_fn`` that caps each worker's native threads (when the settings
+    cap them), ``pin_memory``. Data echoing is not a DataLoader keyword:
+    :func:`tuned_loader` applies it. The training threads neither: call
     ``torch.set_num_threads(result.settings.threads)`` when they are set.
 
     Args:
@@ -84,7 +86,11 @@ def dataloader_arguments(result: ResultSource) -> dict[str, Any]:
             UserWarning,
             stacklevel=2,
         )
-    return settings.dataloader_kwargs()
+    kwargs = settings.dataloader_kwargs()
+    init = worker_init(settings.worker_threads, None) if settings.num_workers else None
+    if init is not None:
+        kwargs["worker_init_fn"] = init
+    return kwargs
 
 
 def tuned_loader(dataset: Any, result: ResultSource, **overrides: Any) -> Any:

@@ -173,7 +173,13 @@ def _stream(request: ProbeRequest, workload: Workload, dataset: Any) -> BatchStr
         # The loader only fills the batches held in memory; its workers must be gone
         # (not prefetching) before the model is measured.
         loading = dataclasses.replace(loading, persistent_workers=False)
-    loader = build_loader(dataset, loading.dataloader_kwargs(), seed=request.seed, **overrides)
+    loader = build_loader(
+        dataset,
+        loading.dataloader_kwargs(),
+        seed=request.seed,
+        worker_threads=loading.worker_threads,
+        **overrides,
+    )
     return BatchStream(
         loader,
         loading_piece(workload),

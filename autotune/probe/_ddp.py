@@ -224,7 +224,9 @@ def _train(request: ProbeRequest, rank: int, link: Connection, halt: Any) -> Non
         overrides["sampler"] = sampler
     if workload.collate_fn is not None:
         overrides["collate_fn"] = workload.collate_fn
-    loader = build_loader(dataset, settings.dataloader_kwargs(), **overrides)
+    loader = build_loader(
+        dataset, settings.dataloader_kwargs(), worker_threads=settings.worker_threads, **overrides
+    )
     stream = BatchStream(
         _EpochLoader(loader, sampler),
         loading_piece(workload),

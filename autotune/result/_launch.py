@@ -96,6 +96,7 @@ def ddp_code(
     lines = [
         "import os",
         "",
+        *(["import threadpoolctl"] if settings.worker_init_code() else []),
         "import torch",
         "import torch.distributed as dist",
         "from torch.nn.parallel import DistributedDataParallel",
@@ -105,6 +106,7 @@ def ddp_code(
         f'dist.init_process_group("{backend}")',
         'local_rank = int(os.environ["LOCAL_RANK"])',
     ]
+    lines += settings.worker_init_code()
     if on_gpu:
         lines.append("torch.cuda.set_device(local_rank)")
     if settings.threads is not None:
@@ -115,11 +117,10 @@ def ddp_code(
     lines.append("loader = torch.utils.data.DataLoader(")
     lines.append(f"    {dataset},")
     lines.append("    sampler=sampler,")
-    for name, value in settings.dataloader_kwargs().items():
-        comment = ""
-        if name == "batch_size":
-            comment = f"  # per rank; the global batch is {value * world_size}"
-        lines.append(f"    {name}={value!r},{comment}")
+    global_batch = settings.batch_size * world_size
+    lines += settings.loader_keyword_lines(
+        {"batch_size": f"  # per rank; the global batch is {global_batch}"}
+    )
     lines.append(")")
     lines.append("model = DistributedDataParallel(")
     lines.append("    model.to(local_rank)," if on_gpu else "    model,")

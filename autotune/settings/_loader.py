@@ -12,6 +12,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from autotune.settings._worker_threads import worker_init
+
 
 class EchoLoader:
     """Yields every batch of a DataLoader ``factor`` times in a row (data echoing).
@@ -62,6 +64,7 @@ def build_loader(
     *,
     echo: int = 1,
     seed: int | None = None,
+    worker_threads: int | None = None,
     **overrides: Any,
 ) -> DataLoader[Any] | EchoLoader:
     """The DataLoader (echoed when ``echo > 1``) that a config describes.
@@ -71,6 +74,8 @@ def build_loader(
         dataloader_kwargs: the config's DataLoader keywords (``Settings.dataloader_kwargs``).
         echo: the config's data-echo factor.
         seed: seeds the shuffling generator, for repeatable probes.
+        worker_threads: the threads of each worker's native pools (``Settings.worker_threads``);
+            a ``worker_init_fn`` among ``overrides`` runs after the cap.
         **overrides: DataLoader keywords that win over the settings.
     """
     kwargs: dict[str, Any] = dict(dataloader_kwargs)
@@ -83,6 +88,8 @@ def build_loader(
         # Pinning needs an accelerator; the settings may come from a GPU machine.
         kwargs["pin_memory"] = False
     kwargs.update(overrides)
+    if kwargs.get("num_workers", 0) > 0:
+        kwargs["worker_init_fn"] = worker_init(worker_threads, kwargs.get("worker_init_fn"))
     if kwargs.get("sampler") is not None or kwargs.get("batch_sampler") is not None:
         kwargs.pop("shuffle", None)
         kwargs.pop("generator", None)

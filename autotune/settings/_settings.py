@@ -19,6 +19,9 @@ AmpMode = Literal["off", "bf16", "fp16"]
 AMP_MODES: tuple[AmpMode, ...] = ("off", "bf16", "fp16")
 TORCH_PREFETCH = 2
 """torch's DataLoader prefetch_factor when workers load and none is given."""
+WORKER_THREADS = 1
+"""The native threads per worker autotune's configs use unless the space says
+otherwise: what torch already gives its own pool in a worker."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -41,6 +44,10 @@ class Settings:
     """Data echoing: each batch is trained on this many times (1 = off)."""
     threads: int | None = None
     """torch.set_num_threads of the training process (CPU devices); None leaves torch's default."""
+    worker_threads: int | None = None
+    """Threads of the native pools (numpy's BLAS, OpenMP, torch's) in each DataLoader
+    worker; None leaves them as the libraries start them (one per core, in every
+    worker). Only with workers: without any it is None."""
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -59,6 +66,11 @@ class Settings:
             raise ConfigError(f"echo is {self.echo}, but must be >= 1.")
         if self.threads is not None and self.threads < 1:
             raise ConfigError(f"threads is {self.threads}, but must be >= 1 or None.")
+        if self.worker_threads is not None and self.worker_threads < 1:
+            raise ConfigError(f"worker_threads is {self.worker_threads}, but must be >= 1 or None.")
+        if self.num_workers == 0 and self.worker_threads is not None:
+            # No worker, no worker pools: one config, one key, whatever the cap says.
+            object.__setattr__(self, "worker_threads", None)
 
     # ----------------------------------------------------------------- as data
     def to_dict(self) -> dict[str, Any]:
@@ -113,21 +125,51 @@ class Settings:
             parts.append(f"echo={self.echo}")
         if self.threads is not None:
             parts.append(f"threads={self.threads}")
+        if self.worker_threads is not None:
+            parts.append(f"worker_threads={self.worker_threads}")
         return " ".join(parts)
 
     # ----------------------------------------------------------------- as code
     def to_code(self, *, dataset: str = "dataset", device: str = "cpu") -> str:
         """Python source that builds the tuned loader and applies the training knobs."""
-        lines = ["import torch", ""]
+        imports = ["import threadpoolctl"] if self.worker_init_code() else []
+        lines = [*imports, "import torch", "", *self.worker_init_code()]
         if self.threads is not None:
             lines.append(f"torch.set_num_threads({self.threads})")
         lines.append("loader = torch.utils.data.DataLoader(")
         lines.append(f"    {dataset},")
-        for name, value in self.dataloader_kwargs().items():
-            lines.append(f"    {name}={value!r},")
+        lines += self.loader_keyword_lines()
         lines.append("    shuffle=True,  # False for an IterableDataset")
         lines.append(")")
         return "\n".join(lines + self.training_notes(device)) + "\n"
+
+    def worker_init_code(self) -> list[str]:
+        """Code lines defining the ``worker_init_fn`` that caps each worker's native
+        thread pools, when the settings cap them (it needs ``import threadpoolctl`` and
+        ``import torch``); none otherwise."""
+        if self.worker_threads is None or self.num_workers == 0:
+            return []
+        return [
+            "",
+            "def worker_init_fn(worker_id: int) -> None:",
+            "    # numpy's BLAS and OpenMP start a thread per core in every worker: cap them",
+            f"    threadpoolctl.threadpool_limits(limits={self.worker_threads})",
+            f"    torch.set_num_threads({self.worker_threads})",
+            "",
+            "",
+        ]
+
+    def loader_keyword_lines(self, comments: Mapping[str, str] | None = None) -> list[str]:
+        """The DataLoader call's keyword lines (``worker_init_fn`` with the cap), each
+        followed by its comment in ``comments``, if any."""
+        comments = comments or {}
+        lines = [
+            f"    {name}={value!r},{comments.get(name, '')}"
+            for name, value in self.dataloader_kwargs().items()
+        ]
+        if self.worker_init_code():
+            lines.append("    worker_init_fn=worker_init_fn,")
+        return lines
 
     def training_notes(self, device: str = "cpu") -> list[str]:
         """Code lines (echo) and comments (pinned copies, AMP) for the training loop."""
@@ -155,9 +197,16 @@ class Settings:
         Args:
             dataset: a map-style or iterable dataset.
             **overrides: any DataLoader keyword (``collate_fn``, ``sampler``, ``drop_last``,
-                ``shuffle``...); they win over the tuned values.
+                ``shuffle``...); they win over the tuned values. A ``worker_init_fn`` runs
+                after the cap of :attr:`worker_threads`.
 
         Returns:
             A plain DataLoader, or an :class:`EchoLoader` around one when ``echo > 1``.
         """
-        return build_loader(dataset, self.dataloader_kwargs(), echo=self.echo, **overrides)
+        return build_loader(
+            dataset,
+            self.dataloader_kwargs(),
+            echo=self.echo,
+            worker_threads=self.worker_threads,
+            **overrides,
+        )

@@ -14,7 +14,7 @@ from typing import Any, Protocol, TypeAlias
 
 from autotune._errors import SpaceError
 from autotune.machine._machine import Machine
-from autotune.settings._settings import AMP_MODES, TORCH_PREFETCH, Settings
+from autotune.settings._settings import AMP_MODES, TORCH_PREFETCH, WORKER_THREADS, Settings
 
 KNOBS = (
     "num_workers",
@@ -25,8 +25,9 @@ KNOBS = (
     "amp",
     "echo",
     "threads",
+    "worker_threads",
 )
-WORKER_KNOBS = ("prefetch_factor", "persistent_workers")
+WORKER_KNOBS = ("prefetch_factor", "persistent_workers", "worker_threads")
 DEFAULT_PREFETCH = (1, 2, 4, 8)
 MAX_DEFAULT_WORKERS = 32
 
@@ -87,6 +88,7 @@ class Space:
     amp: Domain
     echo: Domain
     threads: Domain
+    worker_threads: Domain
     notes: tuple[str, ...] = ()
 
     def domain(self, knob: str) -> Domain:
@@ -138,6 +140,9 @@ class Space:
             values["persistent_workers"] = _nearest(
                 settings.persistent_workers, self.persistent_workers.values()
             )
+            values["worker_threads"] = _nearest(
+                settings.worker_threads, self.worker_threads.values()
+            )
         return Settings(**values)
 
     def neighbors(self, settings: Settings) -> list[Settings]:
@@ -171,7 +176,7 @@ class Space:
             if workers > 0:
                 worker_values = [self.domain(k).values() for k in WORKER_KNOBS]
             else:
-                worker_values = [(None,), (False,)]
+                worker_values = [(None,), (False,), (None,)]
             shared_values = [self.domain(k).values() for k in shared]
             for combo in itertools.product(*worker_values, *shared_values):
                 values: dict[str, Any] = dict(zip((*WORKER_KNOBS, *shared), combo, strict=True))
@@ -222,7 +227,12 @@ class Space:
 def _with_worker_knobs(knob: str, value: Value, settings: Settings) -> dict[str, Any]:
     """The fields to replace when ``knob`` takes ``value``, keeping Settings valid."""
     if knob == "num_workers" and value == 0:
-        return {"num_workers": 0, "prefetch_factor": None, "persistent_workers": False}
+        return {
+            "num_workers": 0,
+            "prefetch_factor": None,
+            "persistent_workers": False,
+            "worker_threads": None,
+        }
     if knob == "num_workers" and settings.num_workers == 0:
         return {"num_workers": value, "prefetch_factor": 2}
     return {knob: value}
@@ -308,6 +318,7 @@ def build_space(
         "batch_size": Choices(default_batch_sizes(batch_size)),
         "amp": Choices(modes) if len(modes) > 1 else Fixed("off"),
         "echo": Fixed(1),
+        "worker_threads": Fixed(WORKER_THREADS),
     }
     if not on_accelerator:
         notes.append("pin_memory: left out: it needs an accelerator and this search runs on CPU.")
@@ -319,6 +330,12 @@ def build_space(
         notes.append(amp_note)
     if "echo" not in user:
         notes.append("echo: fixed at 1 (it changes what is learned; opt in with space['echo']).")
+    if "worker_threads" not in user:
+        notes.append(
+            f"worker_threads: fixed at {WORKER_THREADS} (the BLAS and OpenMP threads of each "
+            "worker, as torch sets its own there; None leaves one per core in every worker; "
+            "widen with space['worker_threads'])."
+        )
 
     domains = dict(defaults)
     for knob, raw in user.items():
@@ -357,7 +374,16 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-_MINIMUM = {"num_workers": 0, "prefetch_factor": 1, "batch_size": 1, "echo": 1, "threads": 1}
+_MINIMUM = {
+    "num_workers": 0,
+    "prefetch_factor": 1,
+    "batch_size": 1,
+    "echo": 1,
+    "threads": 1,
+    "worker_threads": 1,
+}
+_NONE_ALLOWED = ("threads", "worker_threads")
+"""Integer knobs where None means "as the libraries start it"."""
 
 
 def _check_values(knob: str, domain: Domain, machine: Machine, modes: tuple[str, ...]) -> None:
@@ -380,7 +406,7 @@ def _check_minimum(knob: str, values: Sequence[Value]) -> None:
     """Integer knobs: every value an integer no less than the knob's least."""
     least = _MINIMUM[knob]
     for value in values:
-        if knob == "threads" and value is None:
+        if knob in _NONE_ALLOWED and value is None:
             continue
         if not _is_int(value) or value < least:  # type: ignore[operator]
             raise SpaceError(
