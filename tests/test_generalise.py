@@ -108,14 +108,7 @@ def test_the_plan_adds_a_grid_per_other_chosen_batch_and_amp_and_measures_each_c
     None
 ):
     # As a search chooses it, prefetch_factor spelt out at the DataLoader's default.
-    on_grid = Settings(
-        batch_size=32,
-        num_workers=2,
-        prefetch_factor=2,
-        persistent_workers=True,
-        threads=1,
-        worker_threads=1,
-    )
+    on_grid = CHOICES[1]
     other = Settings(batch_size=64, num_workers=4, prefetch_factor=4, amp="bf16", threads=2)
     choices = [(1, on_grid), (2, other), (3, on_grid)]
     grids, planned = plan(32, choices, 2, GridSpec())

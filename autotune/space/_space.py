@@ -227,12 +227,8 @@ class Space:
 def _with_worker_knobs(knob: str, value: Value, settings: Settings) -> dict[str, Any]:
     """The fields to replace when ``knob`` takes ``value``, keeping Settings valid."""
     if knob == "num_workers" and value == 0:
-        return {
-            "num_workers": 0,
-            "prefetch_factor": None,
-            "persistent_workers": False,
-            "worker_threads": None,
-        }
+        # worker_threads falls to None with the workers (Settings drops a cap without any).
+        return {"num_workers": 0, "prefetch_factor": None, "persistent_workers": False}
     if knob == "num_workers" and settings.num_workers == 0:
         return {"num_workers": value, "prefetch_factor": 2}
     return {knob: value}
