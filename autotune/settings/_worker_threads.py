@@ -12,51 +12,41 @@ caps those pools, whichever libraries the worker has loaded.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import threadpoolctl
 import torch
 
+WorkerInit = Callable[[int], None]
+"""What DataLoader calls in each worker as it starts, with the worker's id."""
 
+
+@dataclasses.dataclass(frozen=True)
 class WorkerThreads:
     """A DataLoader ``worker_init_fn`` that caps the worker's native thread pools
     (BLAS, OpenMP, torch's own) at ``limit`` threads, then calls ``then`` (the user's
     own ``worker_init_fn``), if any.
 
-    A plain class, so it pickles to workers started by ``spawn`` or ``forkserver``.
+    A plain value, so it pickles to workers started by ``spawn`` or ``forkserver``.
 
     Args:
         limit: threads per pool, >= 1.
         then: the ``worker_init_fn`` to call after, with the worker's id.
     """
 
-    def __init__(self, limit: int, then: Callable[[int], None] | None = None) -> None:
-        if limit < 1:
-            raise ValueError(f"The worker thread limit is {limit}, but must be >= 1.")
-        self.limit = limit
-        self.then = then
+    limit: int
+    then: WorkerInit | None = None
+
+    def __post_init__(self) -> None:
+        if self.limit < 1:
+            raise ValueError(f"The worker thread limit is {self.limit}, but must be >= 1.")
 
     def __call__(self, worker_id: int) -> None:
         threadpoolctl.threadpool_limits(limits=self.limit)
         torch.set_num_threads(self.limit)
         if self.then is not None:
             self.then(worker_id)
-
-    def __repr__(self) -> str:
-        return f"WorkerThreads({self.limit}, then={self.then!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, WorkerThreads)
-            and other.limit == self.limit
-            and other.then == self.then
-        )
-
-    def __hash__(self) -> int:
-        return hash((self.limit, self.then))
-
-
-WorkerInit = Callable[[int], None]
 
 
 def worker_init(limit: int | None, then: WorkerInit | None) -> WorkerInit | None:
