@@ -175,10 +175,9 @@ def _checked(
 def grid_points(batch_size: int, amp: str, cpus: int, spec: GridSpec) -> list[Settings]:
     """The grid at one batch size and AMP mode: workers x threads x persistence x the
     workers' native threads (the last two only with workers), prefetch_factor at the
-    DataLoader's default, spelt
-    out: a search's choice of that depth is then the same point, measured once (left
-    unset, it was measured twice, and the two medians of one loader differed by up to
-    22% in one run)."""
+    DataLoader's default, spelt out: a search's choice of that depth is then the same
+    point, measured once (left unset, it was measured twice, and the two medians of one
+    loader differed by up to 22% in one run)."""
     threads = sorted({cpus if t == ALL_CPUS else int(t) for t in spec.threads})
     points = []
     for workers in spec.workers:

@@ -124,6 +124,7 @@ def test_fewer_threads_per_worker_cost_less() -> None:
 
 def test_workers_started_for_a_ceiling_or_a_climb_are_capped() -> None:
     none = Settings(batch_size=2)
+    assert none.started_worker_threads() == 1 and workers(None).started_worker_threads() is None
     assert limit_settings(none, 4).worker_threads == 1
     assert limit_settings(workers(None), 4).worker_threads is None  # the winner's own
     options = ClimbOptions(max_workers=4)

@@ -23,7 +23,7 @@ from autotune._format import format_rate
 from autotune.explore._bounds import compute_key
 from autotune.probe import Figures, Measurement, Mode, ProbeRequest, run_probe
 from autotune.progress._progress import Progress
-from autotune.settings._settings import WORKER_THREADS, Settings
+from autotune.settings._settings import Settings
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -41,7 +41,7 @@ class Ceilings:
 def limit_settings(settings: Settings, most_workers: int) -> Settings:
     """The loader of ``settings`` with ``most_workers`` workers (or its own, if it has
     more); workers started here cap their native pools as autotune's configs do by
-    default (:data:`WORKER_THREADS`)."""
+    default (:meth:`Settings.started_worker_threads`)."""
     workers = max(settings.num_workers, most_workers)
     if workers == settings.num_workers:
         return settings
@@ -50,7 +50,7 @@ def limit_settings(settings: Settings, most_workers: int) -> Settings:
         num_workers=workers,
         prefetch_factor=settings.prefetch_factor or 2,
         persistent_workers=True,
-        worker_threads=settings.worker_threads if settings.num_workers else WORKER_THREADS,
+        worker_threads=settings.started_worker_threads(),
     )
 
 

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from autotune._format import format_rate
 from autotune.decide._choose import cost
 from autotune.probe import Window
-from autotune.settings._settings import TORCH_PREFETCH, WORKER_THREADS, Settings
+from autotune.settings._settings import TORCH_PREFETCH, Settings
 
 IDLE_WAIT = 0.03
 """A start without workers whose steps wait less than this share for data ends the
@@ -147,7 +147,7 @@ def _workers(settings: Settings, workers: int) -> Settings:
         settings,
         num_workers=workers,
         prefetch_factor=settings.prefetch_factor or TORCH_PREFETCH,
-        worker_threads=settings.worker_threads if settings.num_workers else WORKER_THREADS,
+        worker_threads=settings.started_worker_threads(),
     )
 
 

@@ -87,7 +87,7 @@ def dataloader_arguments(result: ResultSource) -> dict[str, Any]:
             stacklevel=2,
         )
     kwargs = settings.dataloader_kwargs()
-    init = worker_init(settings.worker_threads, None) if settings.num_workers else None
+    init = worker_init(settings.worker_threads, None)  # None without workers
     if init is not None:
         kwargs["worker_init_fn"] = init
     return kwargs

@@ -110,6 +110,12 @@ class Settings:
         workers."""
         return self.num_workers * (self.prefetch_factor or TORCH_PREFETCH)
 
+    def started_worker_threads(self) -> int | None:
+        """The cap on each worker's native threads once this config has workers: its own
+        when it has some, :data:`WORKER_THREADS` for workers started from none (as the
+        default space caps them)."""
+        return self.worker_threads if self.num_workers else WORKER_THREADS
+
     def describe(self) -> str:
         """A short one-line description for progress lines and tables."""
         parts = [f"workers={self.num_workers}"]
@@ -147,7 +153,7 @@ class Settings:
         """Code lines defining the ``worker_init_fn`` that caps each worker's native
         thread pools, when the settings cap them (it needs ``import threadpoolctl`` and
         ``import torch``); none otherwise."""
-        if self.worker_threads is None or self.num_workers == 0:
+        if self.worker_threads is None:  # always None without workers
             return []
         return [
             "",
