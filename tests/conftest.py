@@ -262,22 +262,34 @@ class SmallStudy:
 
 
 @pytest.fixture(scope="session")
-def small_study(tmp_path_factory: pytest.TempPathFactory) -> SmallStudy:
+def small_study(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> SmallStudy:
     """One tiny real search (I/O-bound items, so workers help), shared by report and
-    progress tests; read it, do not change it."""
+    progress tests; read it, do not change it.
+
+    One for the whole run, not one per test process: the first process to need it
+    searches (about 10 s), under a lock the others wait on, and they read what it left
+    (the study and its progress lines)."""
+    import filelock
     import workloads
 
     import autotune
 
-    path = tmp_path_factory.mktemp("small_study") / "small.db"
-    stream = io.StringIO()
-    autotune.search(
-        dataset=workloads.sleepy_dataset,
-        model=workloads.linear_model,
-        batch_size=8,
-        name="small",
-        space={"num_workers": [0, 1, 2], "threads": 1, "batch_size": [8, 16]},
-        progress=autotune.LineProgress(stream),
-        **quick(trials=6, seed=0, study=str(path), ceilings=True),
-    )
-    return SmallStudy(path=path, progress=stream.getvalue())
+    base = tmp_path_factory.getbasetemp()
+    shared = base if worker_id == "master" else base.parent  # every xdist worker's parent
+    folder = shared / "small_study"
+    progress = folder / "progress.txt"
+    with filelock.FileLock(shared / "small_study.lock"):
+        if not progress.exists():
+            folder.mkdir(exist_ok=True)
+            stream = io.StringIO()
+            autotune.search(
+                dataset=workloads.sleepy_dataset,
+                model=workloads.linear_model,
+                batch_size=8,
+                name="small",
+                space={"num_workers": [0, 1, 2], "threads": 1, "batch_size": [8, 16]},
+                progress=autotune.LineProgress(stream),
+                **quick(trials=6, seed=0, study=str(folder / "small.db"), ceilings=True),
+            )
+            progress.write_text(stream.getvalue())  # last: its presence says the study is whole
+    return SmallStudy(path=folder / "small.db", progress=progress.read_text())
