@@ -98,11 +98,10 @@ def test_compute_mode_trains_on_held_batches_with_no_worker_alive() -> None:
         )
     )
     assert result.ok, result.failure
-    # The loader alone delivers at most 40 samples/s (2 workers, 4 items of 50 ms a
-    # batch); three times that shows it was not in the way. Not a speed target: the model
-    # alone trains far faster on an idle machine, but read 179 samples/s in a CI run while
-    # the other test process held both cores.
-    assert result.figures.samples_per_s > 3 * 40
+    # Trained from the loader, each step would wait about 0.1 s for its batch (2 workers,
+    # 4 items of 50 ms a batch): most of the time. Not a rate bound, which the machine's
+    # load decides (179 samples/s in a CI run while the other test process held both
+    # cores, 79 with four test processes on two cores, against 40 from the loader).
     assert result.figures.wait_fraction < 0.05
 
 
