@@ -30,6 +30,7 @@ from autotune.machine._machine import detect_machine
 from autotune.output._show import result_lines
 from autotune.probe import Figures, ProbeRequest, Window, WorkloadSource
 from autotune.progress._progress import QuietProgress
+from autotune.result._predict import prediction_interval
 from autotune.space._space import Space, build_space
 from autotune.study._study import FAILURE, FIGURES, ROLE, SETTINGS, records
 from autotune.workload._options import SearchOptions
@@ -214,6 +215,7 @@ def result_of(confirmed: autotune.decide._confirm.Confirmed) -> SearchResult:
         rounds=confirmed.rounds,
         noise=confirmed.noise,
         rates=confirmed.rates,
+        rates_spread=confirmed.rates_spread,
         speedup_rounds=confirmed.speedup_rounds,
         is_default=confirmed.is_default,
         user_batch_size=32,
@@ -273,9 +275,13 @@ def test_a_winner_gets_its_median_and_a_speedup_interval() -> None:
     assert result.settings == workers(4)
     assert result.samples_per_s == 1400.0
     # 95% prediction intervals of the rounds (Student's t on their logarithms), wider
-    # than the rounds' range 1,300-1,500 and 2.6-3.0
-    assert result.interval == pytest.approx((979.4, 1994.4), abs=0.1)
-    assert result.rate_text() == "1,400 samples/s (95% prediction 979-1,994, 3 rounds)"
+    # than the rounds' range 1,300-1,500 and 2.6-3.0. The samples/s one takes its spread
+    # pooled over the 4 configs of the rounds (8 degrees of freedom; the other three
+    # read the same in every round), the speedup's its own rounds.
+    assert confirmed.rates_spread is not None and confirmed.rates_spread.degrees == 8
+    assert result.interval == pytest.approx((1270.6, 1537.3), abs=0.1)
+    assert result.rate_text() == "1,400 samples/s (95% prediction 1,271-1,537, 3 rounds)"
+    assert prediction_interval(result.rates) == pytest.approx((979.4, 1994.4), abs=0.1)
     assert result.speedup == pytest.approx(2.8)
     assert result.speedup_interval == pytest.approx((1.959, 3.989), abs=0.001)
     assert result.speedup_text() == "2.80x (95% prediction 1.96-3.99, 3 rounds)"
@@ -322,9 +328,29 @@ def test_rounds_is_a_search_option() -> None:
 def test_the_confirmed_flag_and_intervals_survive_the_study() -> None:
     _, confirmed = run(lambda s, r: 400.0 if s == DEFAULT else 900.0 + 10 * r)
     result = result_of(confirmed)
+    assert result.rates_spread is not None
     again = SearchResult.from_dict(result.to_dict())
     assert dataclasses.replace(again, collate_fn=None) == result
     assert again.speedup_interval == result.speedup_interval
+    assert again.interval == result.interval
+    # A result written before the pooled spread was kept: the chosen config's own rounds.
+    old = {k: v for k, v in result.to_dict().items() if k != "rates_spread"}
+    assert SearchResult.from_dict(old).interval == prediction_interval(result.rates)
+
+
+def test_rounds_that_happen_to_agree_still_get_the_spread_the_others_show() -> None:
+    # The winner reads 1,400 in all three rounds; the other configs swing by 10%.
+    def rate(s: Settings, r: int) -> float:
+        if s.num_workers == 4:
+            return 1400.0
+        return (1.0, 1.1, 0.9)[r] * (500.0 if s == DEFAULT else 700.0)
+
+    _, confirmed = run(rate)
+    result = result_of(confirmed)
+    assert result.settings == workers(4)
+    assert prediction_interval(result.rates) == pytest.approx((1400.0, 1400.0))
+    low, high = result.interval or (0.0, 0.0)
+    assert low < 1400.0 * 0.9 and high > 1400.0 * 1.1
 
 
 def test_a_finalist_that_is_the_default_in_effect_is_not_measured_twice() -> None:

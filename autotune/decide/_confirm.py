@@ -16,6 +16,7 @@ from autotune.explore import Backend, ExplorePlan
 from autotune.explore._bounds import Bounds
 from autotune.probe import Measurement
 from autotune.progress._progress import Progress
+from autotune.result._predict import LogSpread, pooled_spread
 from autotune.settings._settings import Settings
 from autotune.space._space import Space
 from autotune.study._study import GROUP, POSITION, TrialRecord, records
@@ -41,6 +42,9 @@ class Confirmed:
     """The noise measured between rounds (see :func:`round_noise`)."""
     rates: tuple[float, ...] = ()
     """The winner's samples/s in each round."""
+    rates_spread: LogSpread | None = None
+    """The spread of samples/s between rounds, pooled over every config measured in all
+    of them, the default included (see :func:`pooled_spread`)."""
     speedup_rounds: tuple[float, ...] = ()
     """winner / default in each round."""
     is_default: bool = False
@@ -122,6 +126,7 @@ def confirm(
         rounds=options.rounds,
         noise=noise,
         rates=pick.rates,
+        rates_spread=pooled_spread([r.rates for r in (*finalist_rounds, default) if r.complete]),
         speedup_rounds=pick.speedups if default.complete else (),
         is_default=pick is default,
     )

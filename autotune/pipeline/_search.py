@@ -239,7 +239,7 @@ def _run_stages(
         if winner.settings != confirmed.winner.settings:
             # The DDP figures chose another finalist: the rounds measured the first one.
             confirmed = dataclasses.replace(
-                confirmed, rates=(), speedup_rounds=(), is_default=False
+                confirmed, rates=(), rates_spread=None, speedup_rounds=(), is_default=False
             )
     ceilings = (
         measure_ceilings(
@@ -271,6 +271,7 @@ def _run_stages(
         user_batch_size=workload.batch_size,
         space=space.to_dict(),
         rates=confirmed.rates,
+        rates_spread=confirmed.rates_spread,
         speedup_rounds=confirmed.speedup_rounds,
         is_default=confirmed.is_default,
         workload=info,

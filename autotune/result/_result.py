@@ -19,7 +19,7 @@ from autotune.machine._machine import Machine
 from autotune.probe import Figures, Measurement
 from autotune.result._ddp import DdpResult
 from autotune.result._launch import accumulation_steps, lr_note
-from autotune.result._predict import LEVEL, prediction_interval
+from autotune.result._predict import LEVEL, LogSpread, prediction_interval
 from autotune.settings._settings import Settings
 
 EXPORT_FORMAT = 1
@@ -61,6 +61,10 @@ class SearchResult:
     over configs): configs closer than max(tolerance, noise) count as equally fast."""
     rates: tuple[float, ...] = ()
     """The chosen config's samples/s in each round."""
+    rates_spread: LogSpread | None = None
+    """The spread of samples/s between the rounds, pooled over every config measured in
+    all of them (None: a study from before it was kept; the interval then takes the
+    chosen config's own rounds)."""
     speedup_rounds: tuple[float, ...] = ()
     """Chosen / default in each round, both measured side by side."""
     is_default: bool = False
@@ -112,9 +116,10 @@ class SearchResult:
     @property
     def interval(self) -> tuple[float, float] | None:
         """Where the chosen config's samples/s lies with 95% probability when measured
-        again: the prediction interval of its rounds (two or more), wider than their
+        again: the prediction interval of its rounds, with their spread pooled over every
+        config the rounds measured (:mod:`autotune.result._predict`); wider than their
         range, which holds a new measurement only half the time with 3 rounds."""
-        return prediction_interval(self.rates)
+        return prediction_interval(self.rates, self.rates_spread)
 
     def speedup_text(self) -> str | None:
         """ "1.31x (95% prediction 1.13-1.52, 3 rounds)": the speedup with its prediction
@@ -261,6 +266,7 @@ class SearchResult:
             "rounds": self.rounds,
             "noise": self.noise,
             "rates": list(self.rates),
+            "rates_spread": self.rates_spread.to_dict() if self.rates_spread else None,
             "speedup_rounds": list(self.speedup_rounds),
             "is_default": self.is_default,
             "user_batch_size": self.user_batch,
@@ -309,6 +315,9 @@ class SearchResult:
             rounds=data.get("rounds", 0),
             noise=data.get("noise", 0.0),
             rates=tuple(data.get("rates", ())),
+            rates_spread=(
+                LogSpread.from_dict(data["rates_spread"]) if data.get("rates_spread") else None
+            ),
             speedup_rounds=tuple(data.get("speedup_rounds", ())),
             is_default=data.get("is_default", False),
             user_batch_size=data.get("user_batch_size"),
