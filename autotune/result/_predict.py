@@ -108,12 +108,14 @@ def prediction_interval(
     None for fewer than 2 values (1 with a spread) or any value that is not positive (no
     spread to estimate, or no logarithm).
     """
-    if len(values) < (1 if spread is not None else 2) or any(v <= 0 for v in values):
+    if not values or any(v <= 0 for v in values):
         return None
+    if spread is None:
+        spread = pooled_spread([values])  # the values' own: None for a single one
+        if spread is None:
+            return None
     logs = [math.log(v) for v in values]
     n = len(logs)
     centre = statistics.fmean(logs)
-    if spread is None:
-        spread = LogSpread(sd=statistics.stdev(logs), degrees=n - 1)
     half = t_quantile(spread.degrees) * spread.sd * math.sqrt(1 + 1 / n)
     return math.exp(centre - half), math.exp(centre + half)
