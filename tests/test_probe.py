@@ -29,10 +29,12 @@ def test_known_per_item_cost_gives_the_expected_throughput() -> None:
 
 
 def test_workers_that_wait_on_io_multiply_throughput() -> None:
-    ds = workloads.SleepyDataset(delay=0.01)
-    alone = run_probe(request(ds)).figures.samples_per_s
+    # 30 ms of sleep per item, so that a step's own work, slower on a busy machine, stays small
+    # beside the wait that workers hide (at 10 ms, a loaded CI machine read 1.96x).
+    ds = workloads.SleepyDataset(delay=0.03)
+    alone = run_probe(request(ds, window_seconds=0.4)).figures.samples_per_s
     four = Settings(batch_size=4, num_workers=4, prefetch_factor=2)
-    result = run_probe(request(ds, settings=four))
+    result = run_probe(request(ds, settings=four, window_seconds=0.4))
     assert result.ok, result.failure
     # Four workers could make it 4x; twice is beyond any noise of a busy machine.
     assert result.figures.samples_per_s > 2 * alone
