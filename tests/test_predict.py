@@ -67,6 +67,8 @@ def test_the_pooled_spread_sums_each_groups_deviations_from_its_own_mean() -> No
     assert spread == LogSpread(sd=pytest.approx(math.sqrt(4 / 3)), degrees=3)
     # A group shifted by a factor adds the same: each is taken about its own mean.
     assert pooled_spread([[e, e**2, e**3], [100 * e**5, 100 * e**7]]) == spread
+    # A group that adds nothing does not end the pooling either, wherever it stands.
+    assert pooled_spread([[e, 0.0], [e**9], [e, e**2, e**3], [e**5, e**7]]) == spread
     assert pooled_spread([[5.0], [7.0]]) is None
     assert pooled_spread([]) is None
 
