@@ -385,6 +385,7 @@ def judge_again(
         section["device"],
         say,
         options.leaders,
+        section["cpus"],
     )
     checker = {
         **section["checker"],
@@ -400,6 +401,7 @@ def judge_again(
             section["searches"],
             rounds=checker["rounds"],
             measurement_s=checker["mean_measurement_s"],
+            cpus=section["cpus"],
         )
     )
     for verdict in judged["verdicts"]:

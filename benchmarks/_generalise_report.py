@@ -16,7 +16,7 @@ from benchmarks._generalise_targets import assess
 
 HEADER = (
     "| config | settings | plain loop samples/s (spread) | × grid best | × grid best (first) | "
-    "× default | autotune printed | inside? | search s | × space cost |"
+    "× first leader | × default | autotune printed | inside? | search s | × space cost |"
 )
 MODES = ("generalise", "generalise-rejudged")
 """The results files this module reads: a run's, and a run judged again (``--rejudge``)."""
@@ -27,6 +27,7 @@ TARGET_COLUMNS = (
     "search ≤ 0.10 × space cost",
     "inside printed interval",
     "choices / grid best",
+    "checker vs itself",
 )
 
 
@@ -64,14 +65,21 @@ def _final_reading(options: Mapping[str, Any]) -> str:
         return ""
     return f"""
 The final set. Those rounds pick the {options["leaders"]} leading grid points; then the
-checker measures them again beside the default loader and each choice, in
-{options["final_rounds"]} interleaved rounds of their own, and the verdicts are judged on
-those: "grid best" is the leader with the highest final median, and "× grid best" and
-"× default" are the median over the final rounds of the two configs' ratio within each
-round. The leaders are picked on other measurements than those that grade them (no
-winner's curse), and a ratio within a round about a minute long does not mix the
+checker measures them again beside the default loader, each choice and the default's twin
+(the grid point with the default's settings and one training thread per CPU, what torch
+takes when nobody sets them), in {options["final_rounds"]} interleaved rounds of their own,
+and the verdicts are judged on those: "grid best" is the leader with the highest final
+median, and "× grid best" and "× default" are the median over the final rounds of the two
+configs' ratio within each round. The leaders are picked on other measurements than those
+that grade them, and a ratio within a round about a minute long does not mix the
 machine's states. "× grid best (first)" is the first set's reading: the choice's median
-over the highest median of the grid.
+over the highest median of the grid. The grid best is picked and graded on the same final
+rounds, so of leaders that train alike it reads a choice as fast as them below 1; "× first
+leader" is the reading against the leader the first set ranked first, graded on rounds
+that did not pick it (no winner's curse, but it errs for the search where the first set
+ranked a lesser leader first; it judges nothing). "Checker vs itself" is the default
+over its twin within each round: the same config measured as two, the distance at which
+this checker reads two loaders that train alike apart.
 """
 
 
@@ -150,6 +158,7 @@ def _rows(section: Mapping[str, Any]) -> list[list[str]]:
             _figure_cell(best_row, best["samples_per_s"], final),
             "1.000",
             "",
+            "",
             f"{best['samples_per_s'] / default:.2f}" if default > 0 else "-",
             *[""] * 4,
         ],
@@ -158,6 +167,7 @@ def _rows(section: Mapping[str, Any]) -> list[list[str]]:
             default_row["describe"] if default_row else "-",
             _figure_cell(default_row, default, final),
             f"{default / best['samples_per_s']:.3f}" if best["samples_per_s"] > 0 else "-",
+            "",
             "",
             "1.00",
             *[""] * 4,
@@ -173,6 +183,7 @@ def _rows(section: Mapping[str, Any]) -> list[list[str]]:
                 _figure_cell(by_seed.get(choice["seed"]), choice["samples_per_s"], final),
                 f"{choice['vs_grid']:.3f}",
                 f"{choice['first_vs_grid']:.3f}" if "first_vs_grid" in choice else "-",
+                f"{choice['vs_first_leader']:.3f}" if "vs_first_leader" in choice else "-",
                 f"{choice['vs_default']:.2f}",
                 search["printed"] + ("" if search["confirmed"] else ", not confirmed"),
                 _inside(choice),
@@ -249,6 +260,7 @@ def markdown(section: Mapping[str, Any]) -> str:
         "",
         _cost_line(section),
         "",
+        *_twin_line(figures),
         *[_verdict_line(v) for v in section["verdicts"]],
         "",
         *_grid_details(section),
@@ -285,12 +297,33 @@ def _cell(verdict: Mapping[str, Any], text: str) -> str:
     return f"{'PASS' if verdict['passed'] else 'FAIL'} {text}"
 
 
+def _twin_cell(twin: Mapping[str, Any] | None) -> str:
+    """The default over its twin, with the rounds it comes from; "-" without a twin."""
+    if not twin:
+        return "-"
+    where = "final" if twin["judged_on"] == "final rounds" else "first"
+    return f"{twin['ratio']:.3f} ({twin['rounds']} {where} rounds)"
+
+
+def _twin_line(figures: Mapping[str, Any]) -> list[str]:
+    """A section's sentence on the checker set against itself; none without a twin."""
+    twin = figures.get("twin")
+    if not twin:
+        return []
+    return [
+        f"The checker against itself: the default loader over its twin in the grid "
+        f"({twin['describe']}, the same config), within each of the {twin['rounds']} "
+        f"{twin['judged_on']}: {twin['ratio']:.3f}.",
+        "",
+    ]
+
+
 def targets_table(sections: Sequence[Mapping[str, Any]]) -> list[str]:
     """The targets over every workload: one row each, PASS or FAIL with its figure."""
     rows = []
     for section in sections:
         if "error" in section:
-            rows.append([section["name"], *["FAILED"] * (len(TARGET_COLUMNS) - 1), "-"])
+            rows.append([section["name"], *["FAILED"] * (len(TARGET_COLUMNS) - 2), "-", "-"])
             continue
         median, worst, default, cost, inside = section["verdicts"]
         choices = section["figures"]["choices"]
@@ -304,6 +337,7 @@ def targets_table(sections: Sequence[Mapping[str, Any]]) -> list[str]:
                 _cell(cost, f"{cost['figure']:.3f}"),
                 _cell(inside, f"{sum(c['inside'] for c in choices)}/{len(choices)}"),
                 f"{spread['low']:.3f}-{spread['high']:.3f}",
+                _twin_cell(section["figures"].get("twin")),
             ]
         )
     header = "| workload | " + " | ".join(TARGET_COLUMNS) + " |"
@@ -402,6 +436,7 @@ def _judged_again(section: dict[str, Any]) -> dict[str, Any]:
         section["searches"],
         rounds=checker["rounds"],
         measurement_s=checker["mean_measurement_s"],
+        cpus=section["cpus"],
     )
     return {**section, **judged}
 

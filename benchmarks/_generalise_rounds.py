@@ -10,7 +10,10 @@ again (the winner's curse). The first set only picks the leaders: the few grid p
 with the highest medians. The final set measures them again, beside the default loader
 and each search's choice, in rounds of their own a minute long, and every verdict is a
 ratio taken within one round (:mod:`benchmarks._generalise_targets`): the leaders were
-picked on other measurements than the ones that grade them.
+picked on other measurements than the ones that grade them. The final set also measures
+the grid point that is the default under another name (:func:`default_twin`): the same
+config twice, whose ratio says how far apart the checker reads two loaders that train
+alike.
 
 Nothing here imports the probe, the exploration or the decision.
 """
@@ -102,16 +105,39 @@ def measure_rounds(
     return Measured(rates=rates, errors=errors, walls=walls)
 
 
-def finalists(measurements: Sequence[Mapping[str, Any]], leaders: int = LEADERS) -> list[int]:
+def default_twin(measurements: Sequence[Mapping[str, Any]], cpus: int) -> int | None:
+    """The grid point that is the default loader under another name, by index: its
+    settings with the training threads torch takes when nobody sets them, one per CPU
+    (the default leaves them unset, the grid names them). None when the grid has no such
+    point (a default with workers: the grid caps their native threads, the default does
+    not).
+
+    The two are the same config, measured as two, so their ratio within a round is the
+    checker set against itself: how far apart it reads two loaders that train alike.
+    """
+    default = next((m for m in measurements if m["default"]), None)
+    if default is None or default["settings"].get("threads") is not None:
+        return None
+    wanted = {**default["settings"], "threads": cpus}
+    return next(
+        (i for i, m in enumerate(measurements) if m["grid"] and m["settings"] == wanted), None
+    )
+
+
+def finalists(
+    measurements: Sequence[Mapping[str, Any]], leaders: int = LEADERS, cpus: int | None = None
+) -> list[int]:
     """Which measurements the final set takes again, by index: the default loader, every
-    search's choice, and the ``leaders`` grid points with the highest first-set medians
-    (a point that is also the default or a choice counts among the leaders)."""
+    search's choice, the ``leaders`` grid points with the highest first-set medians (a
+    point that is also the default or a choice counts among the leaders) and, given the
+    ``cpus``, the default's twin in the grid (:func:`default_twin`)."""
     grid = sorted(
         (i for i, m in enumerate(measurements) if m["grid"]),
         key=lambda i: -measurements[i]["median"],
     )
     chosen = {i for i, m in enumerate(measurements) if m["default"] or m["seeds"]}
-    return sorted(chosen | set(grid[:leaders]))
+    twin = default_twin(measurements, cpus) if cpus is not None else None
+    return sorted(chosen | set(grid[:leaders]) | ({twin} if twin is not None else set()))
 
 
 def measure_final(
@@ -121,16 +147,19 @@ def measure_final(
     device: str,
     say: Say,
     leaders: int = LEADERS,
+    cpus: int | None = None,
 ) -> tuple[list[dict[str, Any]], list[float]]:
     """The final set: the finalists (:func:`finalists`) measured again in
     ``options.rounds`` interleaved rounds of their own. Returns the measurements, the
     finalists with ``final`` (their rounds, None where one failed), ``final_median``,
     ``final_spread`` and ``final_errors`` added, and the wall seconds of each
     measurement of the set."""
-    picked = finalists(measurements, leaders)
+    picked = finalists(measurements, leaders, cpus)
+    has_twin = cpus is not None and default_twin(measurements, cpus) is not None
+    twin = " and the default's twin" if has_twin else ""
     say(
         f"final rounds: {len(picked)} configs (the default, the choices, the {leaders} "
-        f"leading grid points), {options.rounds} interleaved rounds"
+        f"leading grid points{twin}), {options.rounds} interleaved rounds"
     )
     measured = measure_rounds(
         config,

@@ -294,10 +294,11 @@ def run_fake_workload(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[s
     section = run_workload(find(["compute-bound"])[0], options, MACHINE, lambda line: None)
     assert [s["seed"] for s in searched] == [1, 2, 3] and {s["trials"] for s in searched} == {4}
     first = 3 * (2 + 22 * 2)  # the default (seed 3's too), seed 2's, two grids
-    # then the final set: the default, seed 1's (a grid point) and seed 2's choices and the
-    # 3 leading grid points, in 5 rounds
-    assert len(calls) == first + 5 * 6
-    assert {s.key() for s in calls[first : first + 6]} == {s.key() for s in calls[-6:]}
+    # then the final set: the default, seed 1's (a grid point) and seed 2's choices, the
+    # 3 leading grid points and the default's twin (workers=0 batch=32 threads=2), in 5 rounds
+    assert len(calls) == first + 5 * 7
+    assert {s.key() for s in calls[first : first + 7]} == {s.key() for s in calls[-7:]}
+    assert Settings(batch_size=32, threads=2).key() in {s.key() for s in calls[-7:]}
     return section
 
 
@@ -316,6 +317,13 @@ def test_a_workload_is_searched_three_times_then_judged_by_the_plain_loop(
     assert [c["vs_grid"] for c in figures["choices"]] == pytest.approx(
         [320 / 352, 352 / 352, 100 / 352]
     )
+    # the checker set against itself: the default and the same config named in the grid
+    assert figures["twin"] == {
+        "describe": "workers=0 batch=32 threads=2",
+        "judged_on": "final rounds",
+        "rounds": 5,
+        "ratio": 1.0,
+    }
     failed = [m for m in section["measurements"] if m["errors"]]
     assert failed and all(len(m["rounds"]) == 3 and None in m["rounds"] for m in failed)
     assert section["searches"][0]["space_size"] == build_space({}, MACHINE, 32).size()
@@ -346,7 +354,8 @@ def test_the_markdown_and_the_plot_show_every_choice(
         "| 352 (±0%) | 1.000 |" in table
     )
     assert (
-        "| seed 3 (the default) | workers=0 batch=32 | 100 (±0%) | 0.284 | 0.284 | 1.00 |" in table
+        "| seed 3 (the default) | workers=0 batch=32 | 100 (±0%) | 0.284 | 0.284 | 0.284 | 1.00 |"
+        in table
     )
     assert "| 100 samples/s (95% prediction 77.9-128, 3 rounds) | yes | 0 | 0.000 |" in table
     assert (
@@ -358,6 +367,11 @@ def test_the_markdown_and_the_plot_show_every_choice(
         "| 320 (±0%) | 0.909 |" in table
     )
     assert "- FAIL  worst choice >= 0.93 x grid best: 0.284 (bound 0.93)" in table
+    assert (
+        "The checker against itself: the default loader over its twin in the grid "
+        "(workers=0 batch=32 threads=2, the same config), within each of the 5 final rounds: "
+        "1.000." in table
+    )
     assert "seed 1 inside, seed 2 6.6% above, seed 3 inside" in table
     broken = {"name": "io-bound", "error": "WorkloadError: no data"}
     results = {
@@ -374,8 +388,8 @@ def test_the_markdown_and_the_plot_show_every_choice(
     json_path, md_path, svg_path = _generalise_report.write(results, tmp_path / "g.json")
     document = md_path.read_text()
     assert (
-        "| compute-bound | FAIL 0.909 | FAIL 0.284 | PASS 3.20 | PASS 0.000 | FAIL 2/3 |"
-        in document
+        "| compute-bound | FAIL 0.909 | FAIL 0.284 | PASS 3.20 | PASS 0.000 | FAIL 2/3 "
+        "| 0.284-1.000 | 1.000 (5 final rounds) |" in document
     )
     assert (
         "| io-bound | FAILED |" in document and "![each choice against the grid](g.svg)" in document
