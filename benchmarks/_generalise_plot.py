@@ -33,7 +33,7 @@ def _points(section: Mapping[str, Any]) -> tuple[list[float], float | None, list
     figures = section["figures"]
     best = figures["grid_best"]["samples_per_s"]
     grid = [_ratio(m["median"], best) for m in section["measurements"] if m["grid"]]
-    default = _ratio(figures["default_samples_per_s"], best)
+    default = figures.get("default_vs_grid", _ratio(figures["default_samples_per_s"], best))
     return grid, default, figures["choices"]
 
 

@@ -231,6 +231,7 @@ def assess(
         },
         "grid_points": len(grid),
         "default_samples_per_s": default,
+        "default_vs_grid": reading.ratio(default_row, best) if default_row and best else 0.0,
         "choices": choices,
         "spread": {"low": min(ratios, default=0.0), "high": max(ratios, default=0.0)},
         "grid_cost_s": grid_cost_s,

@@ -14,7 +14,7 @@ import pytest
 
 from autotune import Settings
 from autotune.machine._machine import Machine
-from benchmarks import _cli, _generalise_rounds
+from benchmarks import _cli, _generalise_report, _generalise_rounds
 from benchmarks._checker import round_order
 from benchmarks._generalise import GeneraliseOptions
 from benchmarks._generalise_rounds import RoundsOptions, finalists, measure_rounds
@@ -213,6 +213,21 @@ def test_a_choice_slower_than_a_leader_in_every_final_round_fails() -> None:
     assert choice["vs_grid"] == pytest.approx(0.92)  # 0.90, 0.92, 0.9375
     median_verdict, worst_verdict, *_ = result["verdicts"]
     assert not median_verdict["passed"] and not worst_verdict["passed"]
+
+
+def test_the_default_row_reads_the_grid_best_as_the_choices_do() -> None:
+    """Paired within the final rounds: 0.5, 0.5 and 1.11 give 0.5, where the ratio of the
+    medians (100 over 100) would print 1.0 beside a choice read at 0.5."""
+    measurements = [
+        with_final(row(0, [60.0, 60.0, 60.0], default=True, seeds=[1]), [50.0, 100.0, 100.0]),
+        with_final(row(1, [100.0, 100.0, 100.0], grid=True), [100.0, 200.0, 90.0]),
+    ]
+    figures = judged(measurements, 1)["figures"]
+    assert figures["default_vs_grid"] == pytest.approx(0.5)
+    assert figures["choices"][0]["vs_grid"] == pytest.approx(0.5)
+    assert _generalise_report._default_vs_grid(figures) == "0.500"
+    older = {k: v for k, v in figures.items() if k != "default_vs_grid"}
+    assert _generalise_report._default_vs_grid(older) == "1.000"  # written before the figure
 
 
 def test_a_run_without_a_final_set_is_judged_on_its_first_medians() -> None:
