@@ -114,6 +114,9 @@ def default_twin(measurements: Sequence[Mapping[str, Any]], cpus: int) -> int | 
 
     The two are the same config, measured as two, so their ratio within a round is the
     checker set against itself: how far apart it reads two loaders that train alike.
+    Where torch takes fewer threads than CPUs (one per physical core on some machines)
+    the twin is a config with more threads, not the default; this 2-CPU machine's torch
+    takes 2.
     """
     default = next((m for m in measurements if m["default"]), None)
     if default is None or default["settings"].get("threads") is not None:
