@@ -224,7 +224,7 @@ def assess(
             "describe": first_leader["describe"] if first_leader else None,
             "samples_per_s": reading.figure(first_leader) if first_leader else 0.0,
         },
-        "twin": _twin(measurements, cpus),
+        "twin": _twin(measurements, default_row, cpus),
         "first_grid_best": {
             "describe": first_best["describe"] if first_best else None,
             "samples_per_s": first_best["median"] if first_best else 0.0,
@@ -244,11 +244,15 @@ def assess(
     return {"figures": figures, "verdicts": [v.to_dict() for v in judge(choices)]}
 
 
-def _twin(measurements: Sequence[Mapping[str, Any]], cpus: int | None) -> dict[str, Any] | None:
-    """The default against its twin in the grid (see the module docstring), on the final
-    rounds where both have them, else on the first; None without a twin or ``cpus``."""
+def _twin(
+    measurements: Sequence[Mapping[str, Any]],
+    default: Mapping[str, Any] | None,
+    cpus: int | None,
+) -> dict[str, Any] | None:
+    """The default (its row among ``measurements``) against its twin in the grid (see
+    the module docstring), on the final rounds where both have them, else on the first;
+    None without a twin or ``cpus``."""
     index = default_twin(measurements, cpus) if cpus is not None else None
-    default = next((m for m in measurements if m["default"]), None)
     if index is None or default is None:
         return None
     twin = measurements[index]
