@@ -9,10 +9,12 @@ imports nothing of the probe, the search or the decision (``tests/test_checker.p
 checks that in a fresh interpreter); the default forward and loss are written out
 again here for the same reason.
 
-Every measurement is a new Python process (``python -m benchmarks._checker``) in a
-session of its own, and whatever is left of that session when it ends (DataLoader
-workers still prefetching) is killed before the next one starts: the workers of one
-measurement would otherwise take CPU from the next.
+Every measurement is a new process in a session of its own, forked from a zygote that
+imported torch once (:mod:`benchmarks._zygote`; a new interpreter spent most of a
+measurement importing torch), and whatever is left of that session when it ends
+(DataLoader workers still prefetching) is killed before the next one starts: the
+workers of one measurement would otherwise take CPU from the next.
+``python -m benchmarks._checker PLAN ANSWER`` still runs one in a new interpreter.
 
 ::
 
@@ -22,6 +24,7 @@ measurement would otherwise take CPU from the next.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import gc
@@ -29,7 +32,6 @@ import json
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,6 +45,7 @@ from torch import nn
 
 from autotune.settings._settings import Settings
 from autotune.workload._workload import Workload, load_config
+from benchmarks._zygote import Zygote, ZygoteError
 
 ROOT = Path(__file__).resolve().parents[1]
 STARTUP_ALLOWANCE_S = 300.0
@@ -181,8 +184,9 @@ def round_order(count: int, round_number: int) -> list[int]:
 def run_measurement(
     module: str, plan: Mapping[str, Any], *, limit: float, what: str
 ) -> dict[str, Any]:
-    """Run ``python -m MODULE PLAN_JSON ANSWER_PATH`` in a session of its own, kill what is
-    left of that session, and return the JSON the child wrote to ``ANSWER_PATH``.
+    """Run ``MODULE._child_main([PLAN_JSON, ANSWER_PATH])`` in a fork of the zygote
+    (:mod:`benchmarks._zygote`), in a session of its own, kill what is left of that
+    session, and return the JSON the child wrote to ``ANSWER_PATH``.
 
     Args:
         module: the child's module (this one, or another measuring child of the suite).
@@ -196,38 +200,56 @@ def run_measurement(
     with tempfile.TemporaryDirectory(prefix="autotune-checker-") as folder:
         answer = Path(folder) / "answer.json"
         log = Path(folder) / "output.log"
-        returncode = _run_child([module, json.dumps(plan)], answer, log, limit)
+        returncode = _run_child(module, [json.dumps(plan), str(answer)], log, limit)
         if returncode != 0 or not answer.exists():
             raise CheckerError(f"{what}: the measurement exited with {returncode}:\n{_tail(log)}")
         found: dict[str, Any] = json.loads(answer.read_text())
     return found
 
 
-def _run_child(arguments: list[str], answer: Path, log: Path, limit: float) -> int | None:
+_zygote: Zygote | None = None
+
+
+def _environment() -> dict[str, str]:
+    env = dict(os.environ)
+    # The children import this module and autotune from the same tree as this process.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def zygote() -> Zygote:
+    """The zygote measurements fork from: started at the first, again if it has ended,
+    and ended when this process exits (or by :func:`close_zygote`)."""
+    global _zygote
+    if _zygote is None or not _zygote.alive():
+        close_zygote()
+        _zygote = Zygote(_environment())
+    return _zygote
+
+
+@atexit.register
+def close_zygote() -> None:
+    """End the zygote, if one runs; the next measurement starts another."""
+    global _zygote
+    if _zygote is not None:
+        _zygote.close()
+        _zygote = None
+
+
+def _run_child(module: str, argv: list[str], log: Path, limit: float) -> int | None:
     """Run one measurement in a session of its own and kill what is left of it after;
     returns the child's exit code (None when it ran past ``limit`` seconds)."""
-    env = dict(os.environ)
-    # The child imports this module and autotune from the same tree as this process.
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    command = [sys.executable, "-m", *arguments]
-    # The output goes to a file, not a pipe: a worker holding a pipe open would keep
-    # the parent reading until it exits.
-    with log.open("wb") as output:
-        child = subprocess.Popen(
-            [*command, str(answer)],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            return child.wait(timeout=limit)
-        except subprocess.TimeoutExpired:
-            return None
-        finally:
-            _stop_group(child.pid)
-            child.wait()
+    try:
+        # Its temporary files (multiprocessing's, a killed one's too) go where the
+        # answer goes, and are removed with it.
+        env = {**_environment(), "TMPDIR": str(log.parent)}
+        pid, returncode = zygote().run(module, argv, log, limit, env)
+    except ZygoteError as error:
+        close_zygote()
+        log.write_text(str(error))
+        return -1
+    _stop_group(pid)
+    return returncode
 
 
 def _group_alive(group: int) -> bool:

@@ -3,6 +3,8 @@ nothing left behind, and the default step a config without ``step`` or ``loss`` 
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -14,6 +16,7 @@ import psutil
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import sessions_alive
 from torch import nn
 
 from autotune.settings._settings import Settings
@@ -76,6 +79,7 @@ def test_interleaved_rounds_measure_in_new_processes_and_leave_nothing_behind(
         Settings(batch_size=16, num_workers=1, prefetch_factor=2, persistent_workers=True),
     ]
     said: list[str] = []
+    _checker.close_zygote()  # one an earlier test in this process started
     # Children from before (the probes' fork server of an earlier test in this process).
     before = {c.pid for c in psutil.Process().children(recursive=True)}
     rates = measure_interleaved(
@@ -86,14 +90,79 @@ def test_interleaved_rounds_measure_in_new_processes_and_leave_nothing_behind(
     # A B, then B A: the order turns every other round.
     described = [s.describe() for s in settings]
     assert [line.split(": ")[1] for line in said] == described + described[::-1]
+    # Every measurement was a fork of the zygote, in a session of its own, and nothing
+    # of those sessions is left; the zygote is the only process started here.
+    zygote = _checker.zygote()
+    assert len(zygote.sessions) == 4 and len(set(zygote.sessions)) == 4
+    assert zygote.pid not in zygote.sessions
+    assert sessions_alive(zygote.sessions) == []
+    assert {c.pid for c in psutil.Process().children(recursive=True)} - before == {zygote.pid}
+    _checker.close_zygote()
     assert {c.pid for c in psutil.Process().children(recursive=True)} <= before
-    # A worker forked from a measurement carries its command line, config path included.
-    leftovers = [
-        p.pid
-        for p in psutil.process_iter(["cmdline"])
-        if any(str(config) in part for part in p.info["cmdline"] or ())
-    ]
-    assert leftovers == []
+
+
+def test_a_measurement_past_its_limit_is_killed_with_its_workers(tmp_path: Path) -> None:
+    config = tmp_path / "hangs.py"
+    config.write_text(
+        TINY.replace("return nn.Linear(8, 3)", "return Slow()")
+        + textwrap.dedent(
+            """
+            import time
+            class Slow(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.linear = nn.Linear(8, 3)
+                def forward(self, x):
+                    time.sleep(600)
+            """
+        )
+    )
+    plan = _checker.Plan(
+        config=str(config),
+        settings=Settings(batch_size=16, num_workers=1, persistent_workers=True).to_dict(),
+        seconds=0.1,
+        warmup=0.0,
+    )
+    with pytest.raises(CheckerError, match="exited with None"):
+        _checker.run_measurement("benchmarks._checker", vars(plan), limit=4.0, what="hangs")
+    assert sessions_alive(_checker.zygote().sessions[-1:]) == []
+    # The zygote reaped it and serves the next measurement.
+    tiny = tmp_path / "tiny.py"
+    tiny.write_text(TINY)
+    assert _checker.measure(tiny, Settings(batch_size=16), seconds=0.1, warmup=0.0) > 0
+
+
+def test_a_zygote_that_ended_is_started_again(tmp_path: Path) -> None:
+    config = tmp_path / "tiny.py"
+    config.write_text(TINY)
+    assert _checker.measure(config, Settings(batch_size=16), seconds=0.1, warmup=0.0) > 0
+    first = _checker.zygote()
+    os.kill(first.pid, signal.SIGKILL)
+    first._process.wait()
+    assert _checker.measure(config, Settings(batch_size=16), seconds=0.1, warmup=0.0) > 0
+    assert _checker.zygote().pid != first.pid
+
+
+def test_a_measurement_runs_in_the_callers_directory_and_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The zygote started elsewhere, before the change: each fork takes the caller's now.
+    _checker.zygote()
+    config = tmp_path / "where.py"
+    config.write_text(
+        TINY.replace(
+            "def dataset():",
+            "import os\n"
+            "from pathlib import Path\n"
+            "def dataset():\n"
+            "    assert os.environ['CHECKER_TEST'] == 'here', 'not the environment'\n"
+            "    assert Path.cwd() == Path(os.environ['CHECKER_DIR']), 'not the directory'",
+        )
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CHECKER_TEST", "here")
+    monkeypatch.setenv("CHECKER_DIR", str(tmp_path))
+    assert _checker.measure(config, Settings(batch_size=16), seconds=0.1, warmup=0.0) > 0
 
 
 def test_a_failing_measurement_says_why(tmp_path: Path) -> None:

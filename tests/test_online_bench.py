@@ -14,10 +14,11 @@ from typing import Any
 import psutil
 import pytest
 import torch
+from conftest import sessions_alive
 from torch.utils.data import TensorDataset
 
 from autotune import Machine, Settings, SpaceError
-from benchmarks import _cli, _online
+from benchmarks import _checker, _cli, _online
 from benchmarks._epoch import EpochView, measure_epoch
 from benchmarks._online import (
     OnlineOptions,
@@ -284,13 +285,11 @@ def test_an_epoch_of_each_loader_runs_in_a_new_process_and_leaves_nothing_behind
     assert isinstance(online["tuning"], bool)
     assert any(line.startswith("online: climbing from") for line in online["log"])
 
-    assert {c.pid for c in psutil.Process().children(recursive=True)} <= before
-    leftovers = [
-        p.pid
-        for p in psutil.process_iter(["cmdline"])
-        if any(str(config) in part for part in p.info["cmdline"] or ())
-    ]
-    assert leftovers == []
+    # Each epoch was a fork of the checker's zygote, in a session of its own, and
+    # nothing of those sessions is left; the zygote is the only process started here.
+    zygote = _checker.zygote()
+    assert len(zygote.sessions) >= 3 and sessions_alive(zygote.sessions) == []
+    assert {c.pid for c in psutil.Process().children(recursive=True)} - before <= {zygote.pid}
 
 
 def test_the_online_loaders_modules_are_imported_before_the_epochs_clock() -> None:
