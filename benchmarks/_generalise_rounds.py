@@ -31,8 +31,12 @@ from benchmarks._checker import CheckerError, measure, median, round_order, spre
 
 Say = Callable[[str], None]
 
-FINAL_ROUNDS = 5
-"""Rounds of the final set."""
+FINAL_ROUNDS = 15
+"""Rounds of the final set. On 2 shared CPUs a round's ratio strays by 10-15% (the
+default over its twin read 0.82-1.29 at 5 rounds, ``tools/checker_resolution.py``), and
+a median narrows only by the square root of the rounds: 15 are 5's spread over 1.7.
+Measurements forked from the zygote (about 2.5 s each) pay for them: 7 configs in 15
+rounds take about as long as in 5 rounds of new interpreters."""
 LEADERS = 3
 """Grid points the first set passes on to the final set."""
 
