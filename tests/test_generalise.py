@@ -290,7 +290,7 @@ def run_fake_workload(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[s
     monkeypatch.setattr(
         _generalise_rounds, "time", types.SimpleNamespace(perf_counter=ticks.__next__)
     )
-    options = GeneraliseOptions(rounds=3, trials=4, study_dir=tmp_path)
+    options = GeneraliseOptions(rounds=3, final_rounds=5, trials=4, study_dir=tmp_path)
     section = run_workload(find(["compute-bound"])[0], options, MACHINE, lambda line: None)
     assert [s["seed"] for s in searched] == [1, 2, 3] and {s["trials"] for s in searched} == {4}
     first = 3 * (2 + 22 * 2)  # the default (seed 3's too), seed 2's, two grids
