@@ -39,6 +39,10 @@ PRELOAD = ("torch", "torch._dynamo", "benchmarks._checker")
 """What the zygote imports once: torch, what a first optimizer imports, the checker."""
 
 
+ANSWER_S = 60.0
+"""How long the zygote may take to say it started or reaped a measurement."""
+
+
 class ZygoteError(RuntimeError):
     """The zygote did not answer, or ended."""
 
@@ -97,13 +101,13 @@ class Zygote:
             "env": dict(env),
         }
         self._send(request)
-        pid = int(self._receive(timeout=60.0)["pid"])
+        pid = int(self._answer("started the measurement")["pid"])
         self.sessions.append(pid)
         try:
             answer = self._receive(timeout=limit)
         except TimeoutError:
             _kill_session(pid)
-            self._receive(timeout=60.0)  # the zygote reaps it and says so
+            self._answer("reaped the measurement it was told to kill")
             return pid, None
         except BaseException:  # Ctrl-C: the measurement ends with the harness's wait
             _kill_session(pid)
@@ -129,10 +133,19 @@ class Zygote:
     def _send(self, message: Mapping[str, Any]) -> None:
         stdin = self._process.stdin
         assert stdin is not None
+        data = memoryview(json.dumps(message).encode() + b"\n")
         try:
-            stdin.write(json.dumps(message).encode() + b"\n")
+            while data:  # unbuffered: a write may take part of it
+                data = data[stdin.write(data) or 0 :]
         except OSError as error:
             raise ZygoteError(f"the zygote has ended ({error})") from error
+
+    def _answer(self, what: str) -> dict[str, Any]:
+        """The zygote's next line, which it sends at once."""
+        try:
+            return self._receive(timeout=ANSWER_S)
+        except TimeoutError:
+            raise ZygoteError(f"the zygote has not {what} in {ANSWER_S:.0f} s") from None
 
     def _receive(self, timeout: float) -> dict[str, Any]:
         stdout = self._process.stdout

@@ -32,6 +32,7 @@ from benchmarks._checker import (
     median,
     spread,
 )
+from benchmarks._zygote import Zygote, ZygoteError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -289,3 +290,13 @@ def test_the_timed_part_ends_on_a_whole_turn_of_the_workers(
     plan = _checker.Plan(config="x", settings={}, seconds=1.05, warmup=0.0)
     assert clock.timed(loader(), plan, cycle=1) == pytest.approx(5 * 4 / 1.1)
     assert clock.timed(loader(), plan, cycle=4) == pytest.approx(16.0)
+
+
+def test_a_zygote_that_cannot_start_says_why(tmp_path: Path) -> None:
+    zygote = Zygote(dict(os.environ, PYTHONPATH=str(ROOT)), preload=["no_such_module_here"])
+    try:
+        with pytest.raises(ZygoteError, match="No module named 'no_such_module_here'"):
+            zygote.run("benchmarks._checker", [], tmp_path / "log", 10.0, dict(os.environ))
+        assert not zygote.alive()
+    finally:
+        zygote.close()
