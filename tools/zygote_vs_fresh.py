@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -37,8 +36,7 @@ from benchmarks import _checker
 
 def fresh(plan: _checker.Plan) -> float:
     """One measurement in a new interpreter (``python -m benchmarks._checker``)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_checker.ROOT), env.get("PYTHONPATH")]))
+    env = _checker._environment()  # the tree's PYTHONPATH, as the zygote's
     with tempfile.TemporaryDirectory(prefix="zygote-vs-fresh-") as folder:
         answer = Path(folder) / "answer.json"
         child = subprocess.Popen(
