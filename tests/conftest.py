@@ -152,6 +152,11 @@ def session_processes() -> list[psutil.Process]:
 def no_leftover_processes() -> Iterator[None]:
     """Every test must leave no probe, DataLoader worker or search process behind."""
     yield
+    # The checker's zygote lives as long as the process that measures: a test's ends
+    # with it, so no later test finds it among its process's children.
+    checker = sys.modules.get("benchmarks._checker")
+    if checker is not None:
+        checker.close_zygote()
     leftovers = session_processes()
     if leftovers:
         _gone, alive = psutil.wait_procs(leftovers, timeout=5)
