@@ -93,24 +93,17 @@ def _is_ray(process: psutil.Process) -> bool:
     return any(arg.endswith(".py") and f"{os.sep}ray{os.sep}" in arg for arg in argv)
 
 
-_SERVERS = ("forkserver", "benchmarks._zygote")
-"""Command lines of processes that fork others: a probes' fork server, the checker's
-zygote. What they fork shares their command line."""
-
-
 def _is_helper(process: psutil.Process) -> bool:
-    """A long-lived helper: a fork server, the checker's zygote or a resource tracker
-    that neither started (probes and measurements, forked from them, share their command
-    line), or one of Ray's own processes (its servers and workers, in the Ray tests)."""
+    """A long-lived helper: a fork server or resource tracker that a fork server did not
+    start (probes, forked from a fork server, share its command line), or one of Ray's
+    own processes (its servers and workers, in the Ray tests)."""
     if _is_ray(process):
         return True
     cmdline = " ".join(process.cmdline())
-    if not any(name in cmdline for name in (*_SERVERS, "resource_tracker")):
+    if "forkserver" not in cmdline and "resource_tracker" not in cmdline:
         return False
     parent = process.parent()
-    if parent is None:
-        return True
-    return not any(name in " ".join(parent.cmdline()) for name in _SERVERS)
+    return parent is None or "forkserver" not in " ".join(parent.cmdline())
 
 
 def sessions_alive(sessions: list[int]) -> list[int]:
