@@ -1,2 +1,2 @@
-"""Deciding: the finalists confirmed, the cheapest within the noise chosen, the DDP stage,
+"""Deciding: the finalists confirmed, the cheapest within the tolerance chosen, the DDP stage,
 the ceilings measured, and the diagnosis of where the time goes."""

@@ -107,6 +107,7 @@ def confirm(
             finalist_rounds,
             default,
             band=max(options.tolerance, noise),
+            tolerance=options.tolerance,
             user_batch=user_batch,
         )
     except ValueError:

@@ -27,8 +27,16 @@ Pure functions over the rounds' figures, so the rule is testable alone:
   prints a prediction interval from them (:mod:`autotune.result._predict`);
 - the default loader wins unless a finalist's speedup is beyond the band, and it was
   faster in every round (a config that lost one round to the default beside it has not
-  shown that it is faster); among those that do, the cheapest within the band of the
-  fastest is chosen. The speedup judged is the one printed.
+  shown that it is faster); among those that do, the cheapest within the tolerance of
+  the fastest is chosen. The speedup judged is the one printed.
+
+Why the band guards the default and the tolerance picks among the finalists: the band
+answers "is it faster at all?", where being wrong sells a slowdown; among configs that
+all beat the default, the cheapest within the noise band gave away up to the band every
+time (tiny-model at 926df22: noise 3-8%, three choices with fewer workers or a smaller
+batch than the leader, 0.88-0.94 of the plain loop's best). Within the noise, the
+fastest median is the better bet for speed; the tolerance still lets a cheaper config
+win where the two measure alike.
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from autotune.decide._choose import Candidate, cheapest_within, within
+from autotune.decide._choose import Candidate, cheapest_within
 from autotune.probe import Measurement
 from autotune.settings._settings import Settings
 
@@ -201,10 +209,11 @@ def verdict(
     default: Rounds | None,
     *,
     band: float,
+    tolerance: float,
     user_batch: int,
 ) -> Rounds:
-    """The config to recommend: the default unless a finalist beats it
-    (:func:`beats_default`); otherwise the cheapest of those within ``band`` of the
+    """The config to recommend: the default unless a finalist beats it beyond ``band``
+    (:func:`beats_default`); otherwise the cheapest of those within ``tolerance`` of the
     fastest, side by side (:func:`side_by_side`).
 
     Only complete configs count (a failed round's figures are never used).
@@ -218,13 +227,13 @@ def verdict(
         if kept is not None:
             return kept
         raise ValueError("no config was measured in every round")
-    near = within(side_by_side(complete, default), band)
+    near = side_by_side(complete, default)
     if kept is not None:
         by_settings = {r.settings.key(): r for r in complete}
         near = [c for c in near if beats_default(by_settings[c.settings.key()], band)]
         if not near:
             return kept
-    pick = cheapest_within(near, band, user_batch=user_batch)
+    pick = cheapest_within(near, tolerance, user_batch=user_batch)
     return next(r for r in complete if r.settings == pick.settings)
 
 

@@ -58,7 +58,8 @@ class SearchResult:
     """Interleaved confirming rounds (0: a study from before rounds were counted)."""
     noise: float = 0.0
     """The noise measured between the rounds (half the range over the median, the median
-    over configs): configs closer than max(tolerance, noise) count as equally fast."""
+    over configs): a config beats the default loader only by more than max(tolerance,
+    noise)."""
     rates: tuple[float, ...] = ()
     """The chosen config's samples/s in each round."""
     rates_spread: LogSpread | None = None
