@@ -119,3 +119,22 @@ def test_no_workers_at_the_fastest_batch_also_trains_on_every_thread() -> None:
         "workers=1 prefetch=2 persistent=yes batch=32 threads=1 worker_threads=1",
         "workers=0 batch=32 threads=2",
     ]
+
+
+def test_the_loaders_best_comes_after_the_rule_of_thumb_on_the_fewest_threads() -> None:
+    # tiny-model: the loader alone peaked at 8 workers on 2 CPUs, the plain loop's best
+    # trained there on one thread, and the searches sampled it once or twice.
+    host = machine(2)
+    space = build_space({}, host, 64)
+    fastest = Settings(batch_size=128, num_workers=0, threads=2)
+    starts = described(warm_starts(space, host, 64, fastest_model=fastest, loader_workers=8))
+    assert starts[:4] == [
+        "workers=2 prefetch=2 persistent=yes batch=128 threads=2 worker_threads=1",
+        "workers=8 prefetch=2 persistent=yes batch=128 threads=1 worker_threads=1",
+        "workers=1 prefetch=2 persistent=yes batch=128 threads=1 worker_threads=1",
+        "workers=0 batch=128 threads=2",
+    ]
+    assert "workers=8 prefetch=2 persistent=yes batch=64 threads=1 worker_threads=1" in starts
+    # No loader figure, or none with workers: no such start.
+    assert len(warm_starts(space, host, 64, loader_workers=None)) == 3
+    assert len(warm_starts(space, host, 64, loader_workers=0)) == 3

@@ -62,6 +62,17 @@ def test_a_loader_bound_by_its_cpu_keeps_the_default_range() -> None:
     assert sweep(8, 5000.0, rate_of).bound == 16
 
 
+def test_the_loaders_fastest_count_lies_within_the_bound() -> None:
+    # tiny-model at fd98cac: 16 workers delivered more than 8, not enough to move the bound.
+    rate_of, _ = rates({8: 860.0, 16: 988.0})
+    found = sweep(8, 60_000.0, rate_of)
+    assert found.bound == 8 and found.fastest() == 8
+    rate_of, _ = rates({8: 1000.0, 16: 2000.0, 32: 1900.0})
+    assert sweep(8, 60_000.0, rate_of).fastest() == 16
+    rate_of, _ = rates({8: None})
+    assert sweep(8, 60_000.0, rate_of).fastest() is None
+
+
 def test_a_loader_already_faster_than_the_model_is_measured_once() -> None:
     rate_of, asked = rates({8: 6000.0})
     found = sweep(8, 5000.0, rate_of)

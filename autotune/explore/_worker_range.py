@@ -57,6 +57,12 @@ class WorkerRange:
         start = min(self.rates, default=self.bound)
         return self.bound if self.bound > start else None
 
+    def fastest(self) -> int | None:
+        """The worker count, within the bound, at which the loader alone delivered the
+        most; None when nothing was measured."""
+        inside = {count: rate for count, rate in self.rates.items() if count <= self.bound}
+        return max(inside, key=lambda count: inside[count]) if inside else None
+
     def to_dict(self) -> dict[str, object]:
         return {
             "rates": {str(n): r for n, r in self.rates.items()},

@@ -196,6 +196,7 @@ def _run_stages(
             cpus=placement.rank_cpus,
             fastest_model=bounds.fastest_model() if bounds is not None else None,
             wide_workers=worker_range.widened() if worker_range is not None else None,
+            loader_workers=worker_range.fastest() if worker_range is not None else None,
         ),
         options=options,
         progress=progress,
@@ -303,19 +304,27 @@ def warm_starts(
     cpus: int | None = None,
     fastest_model: Settings | None = None,
     wide_workers: int | None = None,
+    loader_workers: int | None = None,
 ) -> tuple[Settings, ...]:
     """Configs tried first, in this order: the common rule of thumb (a worker per CPU of
     the rank's share, ``cpus``, by default the machine's, training on every thread);
     ``wide_workers`` when the worker sweep widened the range to that many (so the search
-    measures the region the sweep opened); the CPUs split between training and loading
+    measures the region the sweep opened); the loader at its best, ``loader_workers``
+    (the worker count the sweep measured fastest alone), training on the fewest threads
+    so the workers have the CPUs; the CPUs split between training and loading
     (the fewest training threads, a worker on each CPU they leave: workers and training
     threads share the cores, which the rule of thumb oversubscribes); no workers. Each
     comes with the batch size, AMP and threads of the fastest compute ceiling
-    (``fastest_model``) when the bounds measured one (the split keeps its threads), then
-    with the user's own. No workers at the fastest batch size and AMP is also tried on
-    every thread, when the fastest ceiling had fewer: without workers the training has
-    the CPUs to itself, and ceilings of two thread counts are often within each other's
-    noise, so the one measured fastest may not be."""
+    (``fastest_model``) when the bounds measured one (the loader's best and the split
+    keep their threads), then with the user's own. No workers at the fastest batch size
+    and AMP is also tried on every thread, when the fastest ceiling had fewer: without
+    workers the training has the CPUs to itself, and ceilings of two thread counts are
+    often within each other's noise, so the one measured fastest may not be.
+
+    The loader's best is there because exploration prunes on single windows of a
+    noisy machine: on tiny-model (926df22) the loader alone peaked at 8-16 workers on 2
+    CPUs, the plain loop's best trained there on one thread, and the searches, which
+    sampled that region once or twice, chose 2-5 workers."""
     share = cpus or machine.cpus
     threads = [t for t in space.threads.values() if isinstance(t, int)]
     rule_of_thumb = Settings(
@@ -332,11 +341,18 @@ def warm_starts(
     starts = [rule_of_thumb]
     if wide_workers is not None:
         starts.append(dataclasses.replace(rule_of_thumb, num_workers=wide_workers))
-    split = None
+    own_threads = []  # the starts that keep their threads at the fastest batch size
+    if loader_workers is not None and loader_workers > 0:
+        loaded = dataclasses.replace(
+            rule_of_thumb, num_workers=loader_workers, threads=min(threads) if threads else None
+        )
+        own_threads.append(loaded)
+        starts.append(loaded)
     if threads and share > min(threads):
         split = dataclasses.replace(
             rule_of_thumb, num_workers=share - min(threads), threads=min(threads)
         )
+        own_threads.append(split)
         starts.append(split)
     starts.append(no_workers)
     if fastest_model is not None:
@@ -345,7 +361,7 @@ def warm_starts(
                 s,
                 batch_size=fastest_model.batch_size,
                 amp=fastest_model.amp,
-                threads=s.threads if s is split else fastest_model.threads,
+                threads=s.threads if any(s is o for o in own_threads) else fastest_model.threads,
             )
             for s in starts
         ]
