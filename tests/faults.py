@@ -32,7 +32,7 @@ import autotune
 from autotune.cli import main
 from autotune.probe import ProbeRequest, WorkloadSource
 from autotune.settings._settings import Settings
-from autotune.study._study import TrialRecord, records
+from autotune.study._study import OWNER, TrialRecord, records
 from autotune.workload._workload import Workload
 
 DRIVERS = ("cli", "api")
@@ -345,16 +345,25 @@ def listing(directory: Path) -> list[str]:
     return sorted(str(p.relative_to(directory)) for p in directory.rglob("*"))
 
 
-def running_trial(study: Path, at_least: int) -> int | None:
+def running_trial(study: Path, at_least: int, *, owned: bool = False) -> int | None:
     """The number of a RUNNING trial numbered ``at_least`` or more in the study at
-    ``study``, if there is one; read as another process would."""
+    ``study``, if there is one; read as another process would. ``owned``: only a trial
+    whose search has written its owner on it (Optuna makes the trial RUNNING a moment
+    before: a search killed in between leaves a trial only its heartbeat can settle)."""
     if not study.exists():
         return None
     uri = f"file:{study}?mode=ro"
+    owner = (
+        " AND trial_id IN (SELECT trial_id FROM trial_user_attributes WHERE key = ?)"
+        if owned
+        else ""
+    )
+    arguments: tuple[object, ...] = (at_least, OWNER) if owned else (at_least,)
     with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=30)) as connection:
         try:
             row = connection.execute(
-                "SELECT number FROM trials WHERE state = 'RUNNING' AND number >= ?", (at_least,)
+                "SELECT number FROM trials WHERE state = 'RUNNING' AND number >= ?" + owner,
+                arguments,
             ).fetchone()
         except sqlite3.OperationalError:  # no tables yet
             return None

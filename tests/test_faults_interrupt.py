@@ -235,7 +235,7 @@ def test_sigkill_of_the_search(tmp_path, monkeypatch, capsys) -> None:
     deadline = time.monotonic() + 120
     while alive and time.monotonic() < deadline:
         for driver, search in list(alive.items()):
-            if running_trial(places[driver].study, at_least=1) is not None:
+            if running_trial(places[driver].study, at_least=1, owned=True) is not None:
                 # Killed at once: a trial the pruner stops after its first window (0.2 s
                 # after start-up) would otherwise end first, and none be left running.
                 time.sleep(0.05)
