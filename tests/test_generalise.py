@@ -197,39 +197,26 @@ def test_the_default_chosen_is_the_grid_best_where_the_grid_best_is_its_twin() -
     default["settings"] = {"batch_size": 32, "num_workers": 0, "threads": None}
     default["seeds"] = [1, 2, 3]
     rows[0]["rounds"], default["rounds"] = [100.0] * 3, [95.7] * 3
-    judged = assess(
-        rows,
-        searches(**{str(s): {"is_default": True} for s in (1, 2, 3)}),
-        rounds=3,
-        measurement_s=2.0,
-        cpus=2,
-    )
-    choices = judged["figures"]["choices"]
+
+    def judged(cpus: int | None) -> dict[str, Any]:
+        chose_default = searches(**{str(s): {"is_default": True} for s in (1, 2, 3)})
+        return assess(rows, chose_default, rounds=3, measurement_s=2.0, cpus=cpus)
+
+    twin_best = judged(cpus=2)
+    choices = twin_best["figures"]["choices"]
     assert [c["vs_grid"] for c in choices] == [1.0] * 3
     assert [c["vs_grid_measured"] for c in choices] == pytest.approx([0.957] * 3)
-    assert judged["verdicts"][0]["passed"]
-    assert "the grid best's twin; 0.957 as measured" in judged["verdicts"][0]["detail"]
+    assert twin_best["verdicts"][0]["passed"]
+    assert "the grid best's twin; 0.957 as measured" in twin_best["verdicts"][0]["detail"]
     # The twin not the grid best: the default is read by its own measurements.
     rows[1]["median"] = 120.0
-    judged = assess(
-        rows,
-        searches(**{str(s): {"is_default": True} for s in (1, 2, 3)}),
-        rounds=3,
-        measurement_s=2.0,
-        cpus=2,
-    )
-    choices = judged["figures"]["choices"]
+    choices = judged(cpus=2)["figures"]["choices"]
     assert [c["vs_grid"] for c in choices] == pytest.approx([95.7 / 120.0] * 3)
     assert not any(c["is_grid_best"] for c in choices)
     # Without the CPUs, no twin is found, and nothing is read as the grid best.
     rows[1]["median"] = 80.0
-    judged = assess(
-        rows,
-        searches(**{str(s): {"is_default": True} for s in (1, 2, 3)}),
-        rounds=3,
-        measurement_s=2.0,
-    )
-    assert [c["vs_grid"] for c in judged["figures"]["choices"]] == pytest.approx([0.957] * 3)
+    choices = judged(cpus=None)["figures"]["choices"]
+    assert [c["vs_grid"] for c in choices] == pytest.approx([0.957] * 3)
 
 
 def test_the_search_costs_at_most_a_tenth_of_measuring_its_space() -> None:
