@@ -12,7 +12,7 @@ from typing import Any
 from benchmarks._agreement import rate_text
 from benchmarks._generalise import GridSpec
 from benchmarks._generalise_plot import svg
-from benchmarks._generalise_targets import assess
+from benchmarks._generalise_targets import assess, vs_grid_text
 
 HEADER = (
     "| config | settings | plain loop samples/s (spread) | × grid best | × grid best (first) | "
@@ -191,12 +191,7 @@ def _rows(section: Mapping[str, Any]) -> list[list[str]]:
                 f"seed {choice['seed']}" + (" (the default)" if choice["is_default"] else ""),
                 choice["describe"],
                 _figure_cell(by_seed.get(choice["seed"]), choice["samples_per_s"], final),
-                f"{choice['vs_grid']:.3f}"
-                + (
-                    f" (the grid best's twin; {choice['vs_grid_measured']:.3f} as measured)"
-                    if choice.get("is_grid_best")
-                    else ""
-                ),
+                vs_grid_text(choice),
                 f"{choice['first_vs_grid']:.3f}" if "first_vs_grid" in choice else "-",
                 f"{choice['vs_first_leader']:.3f}" if "vs_first_leader" in choice else "-",
                 f"{choice['vs_default']:.2f}",

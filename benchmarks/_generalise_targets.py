@@ -242,7 +242,7 @@ def assess(
             "describe": first_leader["describe"] if first_leader else None,
             "samples_per_s": reading.figure(first_leader) if first_leader else 0.0,
         },
-        "twin": _twin(measurements, default_row, cpus),
+        "twin": _twin(default_row, twin),
         "first_grid_best": {
             "describe": first_best["describe"] if first_best else None,
             "samples_per_s": first_best["median"] if first_best else 0.0,
@@ -263,17 +263,12 @@ def assess(
 
 
 def _twin(
-    measurements: Sequence[Mapping[str, Any]],
-    default: Mapping[str, Any] | None,
-    cpus: int | None,
+    default: Mapping[str, Any] | None, twin: Mapping[str, Any] | None
 ) -> dict[str, Any] | None:
-    """The default (its row among ``measurements``) against its twin in the grid (see
-    the module docstring), on the final rounds where both have them, else on the first;
-    None without a twin or ``cpus``."""
-    index = default_twin(measurements, cpus) if cpus is not None else None
-    if index is None or default is None:
+    """The default (its row) against its twin in the grid (see the module docstring), on
+    the final rounds where both have them, else on the first; None without either."""
+    if twin is None or default is None:
         return None
-    twin = measurements[index]
     final = bool(_final(default) and _final(twin))
     key = "final" if final else "rounds"
     return {
@@ -334,18 +329,18 @@ def _per_seed(choices: Sequence[Mapping[str, Any]], key: str) -> str:
     return ", ".join(f"seed {c['seed']} {c[key]:.3f}" for c in choices)
 
 
+def vs_grid_text(choice: Mapping[str, Any]) -> str:
+    """A choice's ratio to the grid best, saying where the choice is the grid best under
+    the default's name, with its reading as measured."""
+    text = f"{choice['vs_grid']:.3f}"
+    if choice.get("is_grid_best"):
+        text += f" (the grid best's twin; {choice['vs_grid_measured']:.3f} as measured)"
+    return text
+
+
 def _grid_detail(choices: Sequence[Mapping[str, Any]]) -> str:
-    """Each choice against the grid best, saying where the choice is the grid best under
-    the default's name."""
-    return ", ".join(
-        f"seed {c['seed']} {c['vs_grid']:.3f}"
-        + (
-            f" (the default, the grid best's twin; {c['vs_grid_measured']:.3f} as measured)"
-            if c.get("is_grid_best")
-            else ""
-        )
-        for c in choices
-    )
+    """Each choice against the grid best (:func:`vs_grid_text`)."""
+    return ", ".join(f"seed {c['seed']} {vs_grid_text(c)}" for c in choices)
 
 
 def _defaults_detail(
