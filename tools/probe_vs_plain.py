@@ -22,6 +22,10 @@ config, round after round (the order rotating), by:
     python tools/probe_vs_plain.py benchmarks/workloads/hdf5_chunked.py \\
         '{"num_workers": 6, "prefetch_factor": 1, "batch_size": 64, "threads": 1}' \\
         --rounds 9 --variants probe plain plain-forkserver
+
+Several configs at once (each a JSON argument): every variant times every config in each
+round, and for each variant the tool prints each config over the first, paired within
+the round (median and round by round): do the probe and the plain loop rank them alike?
 """
 
 from __future__ import annotations
@@ -243,31 +247,52 @@ def variants(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("config", type=Path)
-    parser.add_argument("settings", help="the config's settings, as JSON")
+    parser.add_argument("settings", nargs="+", help="each config's settings, as JSON")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--warmup", type=float, default=0.5)
     parser.add_argument("--seconds", type=float, default=1.5)
     parser.add_argument("--variants", nargs="+", default=["probe", "plain", "plain-forkserver"])
     options = parser.parse_args(argv)
-    settings = Settings.from_dict(json.loads(options.settings))
-    every = variants(options.config.resolve(), settings, options.warmup, options.seconds)
+    configs = [Settings.from_dict(json.loads(text)) for text in options.settings]
+    every = [
+        variants(options.config.resolve(), settings, options.warmup, options.seconds)
+        for settings in configs
+    ]
     options.variants = [canonical(name) for name in options.variants]
-    unknown = sorted(set(options.variants) - set(every))
+    unknown = sorted(set(options.variants) - set(every[0]))
     if unknown:
-        parser.error(f"unknown variants {unknown}; expected some of {sorted(every)}")
+        parser.error(f"unknown variants {unknown}; expected some of {sorted(every[0])}")
     names: list[str] = options.variants
-    rates: dict[str, list[float]] = {name: [] for name in names}
-    for index in range(options.rounds):
-        shift = index % len(names)
-        for name in names[shift:] + names[:shift]:
-            rates[name].append(every[name]())
-        print(f"round {index + 1}: " + ", ".join(f"{n} {rates[n][-1]:,.0f}" for n in names))
-    plain = statistics.median(rates["plain"]) if "plain" in rates else None
-    for name in names:
-        middle = statistics.median(rates[name])
-        versus = f" ({middle / plain:.3f} of plain)" if plain else ""
-        print(f"median {name}: {middle:,.0f} samples/s{versus}")
+    # (config index, variant) in a turning order: every config by every way, each round.
+    entries = [(index, name) for index in range(len(configs)) for name in names]
+    rates: dict[tuple[int, str], list[float]] = {entry: [] for entry in entries}
+    for round_index in range(options.rounds):
+        shift = round_index % len(entries)
+        for index, name in entries[shift:] + entries[:shift]:
+            rates[index, name].append(every[index][name]())
+        print(
+            f"round {round_index + 1}: "
+            + ", ".join(f"{_label(i, n, configs)} {rates[i, n][-1]:,.0f}" for i, n in entries)
+        )
+    for index, settings in enumerate(configs):
+        print(f"config {index + 1}: {settings.describe()}")
+        plain = statistics.median(rates[index, "plain"]) if "plain" in names else None
+        for name in names:
+            middle = statistics.median(rates[index, name])
+            versus = f" ({middle / plain:.3f} of plain)" if plain else ""
+            print(f"  median {name}: {middle:,.0f} samples/s{versus}")
+    for index in range(1, len(configs)):
+        for name in names:
+            paired = [a / b for a, b in zip(rates[index, name], rates[0, name], strict=True)]
+            print(
+                f"config {index + 1} / config 1, {name}: {statistics.median(paired):.3f} "
+                f"(rounds: {', '.join(f'{r:.2f}' for r in paired)})"
+            )
     return 0
+
+
+def _label(index: int, name: str, configs: list[Settings]) -> str:
+    return name if len(configs) == 1 else f"{index + 1}:{name}"
 
 
 if __name__ == "__main__":
