@@ -136,6 +136,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="interleaved rounds that re-measure the finalists and the default (default 3)",
     )
+    search.add_argument(
+        "--runoff-rounds",
+        type=int,
+        metavar="N",
+        help="more rounds for the finalists those rounds left within the noise of each "
+        "other (default 3; 0: none)",
+    )
 
     show = commands.add_parser("show", help="the best settings and the trials of a study")
     show.add_argument("study", help="a study name or .db path")
@@ -230,6 +237,7 @@ def _search(args: argparse.Namespace) -> int:
         "window_seconds": args.window_seconds,
         "max_windows": args.max_windows,
         "rounds": args.rounds,
+        "runoff_rounds": args.runoff_rounds,
     }
     if args.dry_run:
         from autotune.pipeline._dry_run import dry_run

@@ -325,6 +325,73 @@ def test_rounds_is_a_search_option() -> None:
         SearchOptions(rounds=0)
 
 
+def test_runoff_rounds_is_a_search_option_and_zero_turns_it_off() -> None:
+    assert SearchOptions().runoff_rounds == 3
+    assert SearchOptions(runoff_rounds=0).runoff_rounds == 0
+    for wrong in (-1, True, 1.5, "3"):
+        with pytest.raises(autotune.ConfigError, match=r"runoff_rounds is .*expected a whole"):
+            SearchOptions(runoff_rounds=wrong)  # type: ignore[arg-type]
+
+
+def _close_race(s: Settings, r: int) -> float | None:
+    """1 worker ahead in the three rounds, 4 workers ahead in the three after (the runoff);
+    the swings make the noise between rounds (9.5%) wider than the tolerance (3%)."""
+    if s == DEFAULT:
+        return 500.0
+    if s.num_workers == 1:
+        return (1000.0, 1300.0, 1100.0, 900.0, 900.0, 900.0)[r]
+    if s.num_workers == 4:
+        return (1050.0, 1200.0, 1000.0, 1150.0, 1150.0, 1150.0)[r]
+    return 600.0  # 2 workers: beats the default, far from the others
+
+
+def test_a_runoff_decides_between_the_finalists_the_rounds_left_within_the_noise() -> None:
+    progress = Recorded()
+    backend, confirmed = run(_close_race, progress=progress)
+    # Three rounds: 1 worker at 2.2x the default, 4 workers at 2.1x (outside the 3%
+    # tolerance, inside the 9.5% noise); three more rounds of those two put 4 workers
+    # ahead, 2.3x against 1.9x over all six.
+    assert confirmed.noise == pytest.approx(0.0952, abs=1e-4)
+    assert confirmed.winner.settings == workers(4)
+    assert confirmed.rounds == 6 and backend.rounds == 6
+    assert len(confirmed.rates) == 6 and len(confirmed.speedup_rounds) == 6
+    assert confirmed.speedup_rounds == pytest.approx((2.1, 2.4, 2.0, 2.3, 2.3, 2.3))
+    # The runoff measures the two beside the default, fastest first, its order turning
+    # on from the third round's (as given): reversed, then as given, then reversed.
+    d, one, four = DEFAULT.key(), workers(1).key(), workers(4).key()
+    assert backend.orders[3:] == [[d, four, one, d], [d, one, four, d], [d, four, one, d]]
+    assert (
+        "runoff",
+        "2 finalists within the noise (10%) of each other: 3 more interleaved "
+        "round(s) between them and the default",
+    ) in progress.phases
+    assert any(plan[:2] == ("runoff", 12) for plan in progress.plans)
+    # The finalists keep their figures: the two of the runoff from six rounds, the rest
+    # from three; the default's from all six.
+    by_workers = {m.settings.num_workers: m.samples_per_s for m in confirmed.finalists}
+    assert by_workers == {1: 900.0, 2: 600.0, 4: 1150.0}
+    assert confirmed.baseline is not None and confirmed.baseline.samples_per_s == 500.0
+    assert confirmed.confirmed and not confirmed.is_default
+
+
+def test_without_a_runoff_the_first_rounds_choose() -> None:
+    backend, confirmed = run(_close_race, runoff_rounds=0)
+    assert confirmed.winner.settings == workers(1)
+    assert confirmed.rounds == 3 and backend.rounds == 3
+
+
+def test_a_runoff_whose_every_probe_fails_leaves_the_first_verdict() -> None:
+    def rate(s: Settings, r: int) -> float | None:
+        return None if r >= 3 and s != DEFAULT else _close_race(s, r)
+
+    progress = Recorded()
+    backend, confirmed = run(rate, progress=progress)
+    assert backend.rounds == 6
+    assert confirmed.winner.settings == workers(1)
+    assert confirmed.rounds == 3 and len(confirmed.speedup_rounds) == 3
+    assert "no finalist of the runoff was measured in every round of it" in progress.messages
+
+
 def test_the_confirmed_flag_and_intervals_survive_the_study() -> None:
     _, confirmed = run(lambda s, r: 400.0 if s == DEFAULT else 900.0 + 10 * r)
     result = result_of(confirmed)

@@ -11,10 +11,13 @@ from autotune.decide._rounds import (
     Rounds,
     beats_default,
     beats_every_round,
+    contested,
+    extended,
     gather,
     interleaved,
     relative_spread,
     round_noise,
+    runoff_verdict,
     side_by_side,
     verdict,
 )
@@ -330,3 +333,98 @@ def test_beating_every_round_is_strict_and_only_counts_rounds_with_both(
     rates: tuple[float | None, ...], beside: tuple[float | None, ...], beats: bool
 ) -> None:
     assert beats_every_round(measured(workers(2), *rates, beside=beside)) is beats
+
+
+# ------------------------------------------------------------------------ the runoff
+def test_the_runoff_takes_the_winners_within_the_band_of_the_fastest_fastest_first() -> None:
+    base = default(100, 100, 100)
+    fastest = against(base, workers(8), 150, 150, 150)
+    near = against(base, workers(2), 140, 140, 140)  # 0.933 of the fastest: within 10%
+    far = against(base, workers(1), 130, 130, 130)  # 0.867: outside
+    chosen = contested([near, far, fastest], base, band=0.10, tolerance=0.03)
+    assert [r.settings for r in chosen] == [workers(8), workers(2)]
+
+
+def test_the_runoff_edge_of_the_band_is_inclusive() -> None:
+    base = default(100, 100, 100)
+    fastest = against(base, workers(8), 200, 200, 200)
+    edge = against(base, workers(2), 180, 180, 180)  # exactly (1 - 0.10) x 200
+    below = against(base, workers(1), 179, 179, 179)
+    assert [r.settings for r in contested([fastest, edge], base, band=0.10, tolerance=0.03)] == [
+        workers(8),
+        workers(2),
+    ]
+    assert contested([fastest, below], base, band=0.10, tolerance=0.03) == []
+
+
+def test_no_runoff_when_the_rounds_read_finer_than_the_tolerance() -> None:
+    base = default(100, 100, 100)
+    a = against(base, workers(8), 150, 150, 150)
+    b = against(base, workers(2), 149, 149, 149)
+    assert contested([a, b], base, band=0.03, tolerance=0.03) == []
+    assert len(contested([a, b], base, band=0.0301, tolerance=0.03)) == 2
+
+
+def test_no_runoff_for_a_single_winner_or_for_configs_that_did_not_beat_the_default() -> None:
+    base = default(100, 100, 100)
+    winner = against(base, workers(8), 150, 150, 150)
+    lost_a_round = against(base, workers(2), 150, 150, 90)  # within the band, lost round 3
+    slow = against(base, workers(1), 105, 105, 105)  # beat every round, not beyond the band
+    failed = against(base, workers(4), 150, None, 150)
+    assert contested([winner, lost_a_round, slow, failed], base, band=0.10, tolerance=0.03) == []
+    assert contested([winner], base, band=0.10, tolerance=0.03) == []
+
+
+def test_without_a_default_every_complete_finalist_can_run_off() -> None:
+    a = measured(workers(8), 150, 150, 150)
+    b = measured(workers(2), 145, 145, 145)
+    chosen = contested([b, a], None, band=0.10, tolerance=0.03)
+    assert [r.settings for r in chosen] == [workers(8), workers(2)]
+    # A default that failed a round guards nothing either.
+    chosen = contested([b, a], default(100, None, 100), band=0.10, tolerance=0.03)
+    assert [r.settings for r in chosen] == [workers(8), workers(2)]
+
+
+def test_at_most_the_limit_run_off_the_fastest_kept() -> None:
+    base = default(100, 100, 100)
+    rounds = [against(base, workers(n), 150 - n, 150 - n, 150 - n) for n in (1, 2, 3, 4)]
+    assert [r.settings for r in contested(rounds, base, band=0.10, tolerance=0.03)] == [
+        workers(1),
+        workers(2),
+        workers(3),
+    ]
+    two = contested(rounds, base, band=0.10, tolerance=0.03, limit=2)
+    assert [r.settings for r in two] == [workers(1), workers(2)]
+    assert contested(rounds, base, band=0.10, tolerance=0.03, limit=1) == []
+
+
+def test_a_runoff_extends_each_config_by_its_rounds() -> None:
+    first = measured(workers(2), 100, 110, beside=(90.0, 95.0))
+    more = measured(workers(2), 120, None, beside=(None, 80.0))
+    both = extended(first, more)
+    assert [m.samples_per_s if m else None for m in both.measurements] == [100, 110, 120, None]
+    assert both.beside == (90.0, 95.0, None, 80.0)
+    assert not both.complete
+    with pytest.raises(ValueError, match="extended by"):
+        extended(first, measured(workers(4), 120))
+
+
+def test_the_runoff_verdict_is_the_cheapest_within_the_tolerance_over_all_rounds() -> None:
+    base = default(100, 100, 100, 100, 100, 100)
+    # Ahead in the first three rounds, behind over six: the fastest over six wins.
+    early = against(base, workers(1), 150, 150, 150, 120, 120, 120)
+    late = against(base, workers(8), 140, 140, 140, 160, 160, 160)
+    assert runoff_verdict([early, late], base, tolerance=0.03, user_batch=32) is late
+    # Within the tolerance over six rounds, the cheaper (fewer workers) wins.
+    close = against(base, workers(1), 150, 150, 150, 150, 150, 150)
+    ahead = against(base, workers(8), 152, 152, 152, 152, 152, 152)
+    assert runoff_verdict([ahead, close], base, tolerance=0.03, user_batch=32) is close
+    assert runoff_verdict([ahead, close], base, tolerance=0.0, user_batch=32) is ahead
+
+
+def test_a_contender_that_failed_in_the_runoff_is_not_chosen() -> None:
+    base = default(100, 100, 100, 100)
+    failed = against(base, workers(1), 200, 200, 200, None)
+    kept = against(base, workers(8), 150, 150, 150, 150)
+    assert runoff_verdict([failed, kept], base, tolerance=0.03, user_batch=32) is kept
+    assert runoff_verdict([failed], base, tolerance=0.03, user_batch=32) is None

@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader
 
 import autotune
 from autotune import ConfigError, StudyError
-from autotune.study._study import records
+from autotune.study._study import GROUP, ROLE, records
 
 
 def small_search(**options):
@@ -41,10 +41,17 @@ def test_a_search_saves_its_trials_and_returns_a_tuned_loader(workdir) -> None:
     assert loader.batch_size == result.settings.batch_size
 
     study = optuna.load_study(study_name="small", storage="sqlite:///studies/small.db")
-    roles = [r.role for r in records(study)]
-    # The default loader is measured in each interleaved round, beside the finalists.
-    assert result.rounds == 2 and roles.count("confirm") >= result.rounds
-    assert roles.count("baseline") == defaults_measured(roles.count("confirm"), 2)
+    # The default loader is measured in each interleaved round, beside the finalists: 2
+    # rounds, and 2 more when the finalists those left within the noise of each other
+    # ran off (real measurements: the noise decides).
+    rounds: dict[str, list[str]] = {}
+    for trial in study.trials:
+        if GROUP in trial.user_attrs:
+            rounds.setdefault(trial.user_attrs[GROUP], []).append(trial.user_attrs[ROLE])
+    assert len(rounds) == result.rounds and result.rounds in (2, 4)
+    for roles in rounds.values():
+        assert roles.count("confirm") >= 1
+        assert roles.count("baseline") == defaults_measured(roles.count("confirm"), 1)
     # Eight explored configs probed: repeats of a measured config spend no budget.
     assert sum(r.role == "explore" and r.probed for r in records(study)) == 8
     meta = study.user_attrs["autotune"]

@@ -1,7 +1,8 @@
 """Confirming: the finalists and the default loader measured again in interleaved
 rounds, the default first, last and after every two finalists (D A B D C E D, then in
 turning order), each a new full-length probe, then the verdict of
-:mod:`autotune.decide._rounds`."""
+:mod:`autotune.decide._rounds`; and a runoff of more rounds between the finalists the
+rounds left within the noise of each other."""
 
 from __future__ import annotations
 
@@ -11,7 +12,18 @@ import math
 import optuna
 
 from autotune.decide._choose import OVERLAP_FACTOR, Candidate, cheapest_within, finalists
-from autotune.decide._rounds import BESIDE, gather, interleaved, round_noise, verdict
+from autotune.decide._rounds import (
+    BESIDE,
+    RUNOFF,
+    Rounds,
+    contested,
+    extended,
+    gather,
+    interleaved,
+    round_noise,
+    runoff_verdict,
+    verdict,
+)
 from autotune.explore import Backend, ExplorePlan
 from autotune.explore._bounds import Bounds
 from autotune.probe import Measurement
@@ -102,13 +114,10 @@ def confirm(
     groups = runner.measure(plan, order, roles, options.rounds)
     finalist_rounds, default = gather(order, _measured(plan.study, groups, len(order)))
     noise = round_noise(finalist_rounds)
+    band = max(options.tolerance, noise)
     try:
         pick = verdict(
-            finalist_rounds,
-            default,
-            band=max(options.tolerance, noise),
-            tolerance=options.tolerance,
-            user_batch=user_batch,
+            finalist_rounds, default, band=band, tolerance=options.tolerance, user_batch=user_batch
         )
     except ValueError:
         progress.message("no config survived re-measuring; choosing from exploration figures")
@@ -119,17 +128,71 @@ def confirm(
             confirmed=False,
             rounds=options.rounds,
         )
+    rounds = options.rounds
+    contenders = contested(finalist_rounds, default, band=band, tolerance=options.tolerance)
+    if contenders and options.runoff_rounds:
+        settled = _runoff(runner, plan, contenders, default, noise, progress, later=later)
+        decided = runoff_verdict(
+            settled.finalists, settled.default, tolerance=options.tolerance, user_batch=user_batch
+        )
+        if decided is not None:
+            pick, default, rounds = decided, settled.default, rounds + options.runoff_rounds
+            longer = {r.settings.key(): r for r in settled.finalists}
+            finalist_rounds = [longer.get(r.settings.key(), r) for r in finalist_rounds]
+        else:
+            progress.message("no finalist of the runoff was measured in every round of it")
     return Confirmed(
         winner=pick.typical(),
         finalists=tuple(r.typical() for r in finalist_rounds if r.complete),
         baseline=default.typical() if default.complete else None,
         confirmed=True,
-        rounds=options.rounds,
+        rounds=rounds,
         noise=noise,
         rates=pick.rates,
         rates_spread=pooled_spread([r.rates for r in (*finalist_rounds, default) if r.complete]),
         speedup_rounds=pick.speedups if default.complete else (),
         is_default=pick is default,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Settled:
+    """The runoff's finalists and the default loader, each with the first rounds and the
+    runoff's."""
+
+    finalists: list[Rounds]
+    default: Rounds
+
+
+def _runoff(
+    runner: Backend,
+    plan: ExplorePlan,
+    contenders: list[Rounds],
+    default: Rounds,
+    noise: float,
+    progress: Progress,
+    *,
+    later: int,
+) -> _Settled:
+    """Measure ``contenders`` and the default loader in ``runoff_rounds`` more interleaved
+    rounds, turning on from the first rounds' order."""
+    options = plan.options
+    order = interleaved([r.settings for r in contenders], default.settings)
+    if options.rounds % 2:  # the last round ran as given: the next runs reversed
+        order.reverse()
+    roles = ["baseline" if settings == default.settings else "confirm" for settings in order]
+    progress.phase(
+        "runoff",
+        f"{len(contenders)} finalists within the noise ({noise:.0%}) of each other: "
+        f"{options.runoff_rounds} more interleaved round(s) between them and the default",
+    )
+    progress.plan("runoff", len(order) * options.runoff_rounds, None, later=later)
+    groups = runner.measure(plan, order, roles, options.runoff_rounds)
+    more, more_default = gather(order, _measured(plan.study, groups, len(order)))
+    by_key = {r.settings.key(): r for r in more}
+    return _Settled(
+        finalists=[extended(r, by_key[r.settings.key()]) for r in contenders],
+        default=extended(default, more_default),
     )
 
 
@@ -190,6 +253,12 @@ def most_confirmed(limit: int) -> int:
     them (:func:`autotune.decide._rounds.interleaved`)."""
     configs = OVERLAP_FACTOR * limit + 1 + TWINS
     return configs + math.ceil(configs / BESIDE) + 1
+
+
+def most_in_runoff() -> int:
+    """The most probes a round of the runoff runs: :data:`RUNOFF` finalists and the
+    default loader beside them."""
+    return RUNOFF + math.ceil(RUNOFF / BESIDE) + 1
 
 
 def persistent_twins(chosen: list[Candidate], space: Space) -> list[Settings]:

@@ -30,6 +30,13 @@ Pure functions over the rounds' figures, so the rule is testable alone:
   shown that it is faster); among those that do, the cheapest within the tolerance of
   the fastest is chosen. The speedup judged is the one printed.
 
+- a runoff settles what the rounds left open (:func:`contested`): where the noise is
+  wider than the tolerance, the finalists that beat the default within that noise of the
+  fastest (up to :data:`RUNOFF`) are measured in more rounds beside the default, and the
+  cheapest within the tolerance of the fastest over all their rounds is chosen
+  (:func:`runoff_verdict`). Whether a finalist beats the default stays the first rounds'
+  verdict: the runoff only orders the configs that did.
+
 Why the band guards the default and the tolerance picks among the finalists: the band
 answers "is it faster at all?", where being wrong sells a slowdown; among configs that
 all beat the default, the cheapest within the noise band gave away up to the band every
@@ -37,6 +44,13 @@ time (tiny-model at 926df22: noise 3-8%, three choices with fewer workers or a s
 batch than the leader, 0.88-0.94 of the plain loop's best). Within the noise, the
 fastest median is the better bet for speed; the tolerance still lets a cheaper config
 win where the two measure alike.
+
+Why a runoff: three rounds of 2 shared CPUs move a config's figure by 10-30%, so the
+fastest median of three can be the slower config (dict-batches seed 1 at b4d67da chose
+workers=1 at batch 32 over workers=2 at batch 64 on medians 1.41x and 1.33x of the
+default; the plain loop reads the second 13% faster, in 7 of 8 paired rounds). Among the
+few configs still within the noise of each other, more rounds are the only way to tell
+them apart; the others are already decided and cost nothing more.
 """
 
 from __future__ import annotations
@@ -249,3 +263,67 @@ def beats_every_round(chosen: Rounds) -> bool:
     measured both (and there was one): the lowest per-round speedup is above 1."""
     speedups = chosen.speedups
     return bool(speedups) and min(speedups) > 1.0
+
+
+RUNOFF = 3
+"""At most this many finalists go into a runoff (each costs a probe a round)."""
+
+
+def contested(
+    finalists: Sequence[Rounds],
+    default: Rounds | None,
+    *,
+    band: float,
+    tolerance: float,
+    limit: int = RUNOFF,
+) -> list[Rounds]:
+    """The finalists whose order the rounds left open, fastest first: those that beat the
+    default loader (:func:`beats_default`; every complete one where the default measured
+    nothing) whose figure side by side (:func:`side_by_side`) is within ``band`` of the
+    fastest of them, the fastest ``limit``.
+
+    Empty when fewer than two are, or when ``band`` is no wider than ``tolerance``: the
+    rounds then read finer than the tolerance, and more of them would choose alike.
+    """
+    if band <= tolerance:
+        return []
+    complete = [r for r in finalists if r.complete]
+    if default is not None and default.complete:
+        complete = [r for r in complete if beats_default(r, band)]
+    figures = sorted(side_by_side(complete, default), key=lambda c: -c.samples_per_s)
+    if len(figures) < 2:
+        return []
+    fastest = figures[0].samples_per_s
+    near = [c.settings for c in figures if c.samples_per_s >= (1.0 - band) * fastest][:limit]
+    if len(near) < 2:
+        return []
+    return [next(r for r in complete if r.settings == settings) for settings in near]
+
+
+def extended(first: Rounds, more: Rounds) -> Rounds:
+    """One config's rounds followed by the rounds of its runoff.
+
+    Raises:
+        ValueError: the two are of different configs.
+    """
+    if first.settings != more.settings:
+        raise ValueError(
+            f"rounds of {first.settings.describe()} extended by {more.settings.describe()}'s"
+        )
+    return Rounds(
+        settings=first.settings,
+        measurements=first.measurements + more.measurements,
+        beside=first.beside + more.beside,
+    )
+
+
+def runoff_verdict(
+    contenders: Sequence[Rounds], default: Rounds | None, *, tolerance: float, user_batch: int
+) -> Rounds | None:
+    """The cheapest of ``contenders`` within ``tolerance`` of the fastest, side by side
+    over all their rounds; None when none was measured in every round."""
+    complete = [r for r in contenders if r.complete]
+    if not complete:
+        return None
+    pick = cheapest_within(side_by_side(complete, default), tolerance, user_batch=user_batch)
+    return next(r for r in complete if r.settings == pick.settings)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune._format import format_duration
-from autotune.decide._confirm import most_confirmed
+from autotune.decide._confirm import most_confirmed, most_in_runoff
 from autotune.pipeline._setup import Setup, inputs, prepare
 from autotune.workload._options import SearchOptions
 
@@ -63,6 +63,12 @@ def _plan_lines(
         + (f", none started after {options.timeout:g} s" if options.timeout else "")
         + f"; then {options.finalists} or more finalists and the default loader in "
         f"{options.rounds} interleaved rounds"
+        + (
+            f", and up to {options.runoff_rounds} more for those still within the noise of "
+            "each other"
+            if options.runoff_rounds
+            else ""
+        )
     )
     lines.append(_estimate(options, space.size(), len(setup.placement.slots())))
     return lines
@@ -77,7 +83,10 @@ def _estimate(options: SearchOptions, space_size: int, slots: int) -> str:
     explore = min(options.trials, space_size) * full
     if options.timeout is not None:
         explore = min(explore, options.timeout + full)
-    confirm = most_confirmed(options.finalists) * options.rounds * full
+    confirm = (
+        most_confirmed(options.finalists) * options.rounds
+        + most_in_runoff() * options.runoff_rounds
+    ) * full
     ceilings = CEILING_PROBES * full if options.ceilings else 0.0
     total = bounds + (explore + confirm) / max(1, slots) + ceilings
     return (

@@ -53,6 +53,10 @@ class SearchOptions:
     """Interleaved rounds of re-measuring the finalists and the default loader, each a new
     full-length probe of every config: the verdict uses each config's median and the
     noise measured between rounds."""
+    runoff_rounds: int = 3
+    """More interleaved rounds for the finalists that beat the default and that the rounds
+    left within the noise of each other (up to 3 of them), when the noise is wider than
+    the tolerance; 0: choose on the first rounds alone."""
     bounds: bool = True
     """Before exploring, measure the compute ceiling of each batch size, AMP mode and
     thread count: configs that cannot come near the best are then skipped, and exploring
@@ -102,6 +106,11 @@ class SearchOptions:
         for name, value in positive.items():
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise ConfigError(f"search option {name} is {value!r}; expected a number > 0.")
+        if not _is_count(self.runoff_rounds, least=0):
+            raise ConfigError(
+                f"search option runoff_rounds is {self.runoff_rounds!r}; expected a whole "
+                "number >= 0 (0: no runoff)."
+            )
         if self.timeout is not None and self.timeout <= 0:
             raise ConfigError(f"search option timeout is {self.timeout!r}; expected seconds > 0.")
         if not 0 <= self.tolerance < 1:
@@ -168,9 +177,9 @@ class SearchOptions:
             raise ConfigError(f"search options: {error}") from None
 
 
-def _is_count(value: Any) -> bool:
-    """Whether ``value`` is an integer >= 1 (a bool, though an int, is not)."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+def _is_count(value: Any, *, least: int = 1) -> bool:
+    """Whether ``value`` is an integer >= ``least`` (a bool, though an int, is not)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
 def parse_bytes(value: int | str) -> int:
