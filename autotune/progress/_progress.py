@@ -28,7 +28,7 @@ class Progress(Protocol):
     """What a search tells its watcher."""
 
     def phase(self, name: str, detail: str) -> None:
-        """A stage begins: preflight, explore, confirm, ceilings, done."""
+        """A stage begins: preflight, explore, confirm, runoff, ceilings, done."""
 
     def plan(self, stage: str, trials: int, timeout: float | None, *, later: int = 0) -> None:
         """The stage begun runs up to ``trials`` probes, none started after ``timeout``
