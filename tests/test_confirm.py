@@ -17,6 +17,7 @@ from autotune.decide._choose import Candidate
 from autotune.decide._confirm import (
     confirm,
     explored_candidates,
+    fastest_in_full,
     most_confirmed,
     persistent_twins,
     same_as_default,
@@ -155,22 +156,33 @@ def figures(rate: float) -> Figures:
     return Figures(windows=(window,))
 
 
-def explored_study() -> optuna.Study:
-    """A study whose exploration measured EXPLORED."""
+def explored_study(
+    explored: list[Candidate] = EXPLORED, *, pruned: frozenset[str] = frozenset()
+) -> optuna.Study:
+    """A study whose exploration measured ``explored``, each config in full except those
+    whose keys are in ``pruned`` (pruned after one window at their figure)."""
     study = optuna.create_study(direction="maximize")
-    for candidate in EXPLORED:
+    for candidate in explored:
         trial = fixed_trial(study, {ROLE: "explore", SETTINGS: candidate.settings.to_dict()})
         trial.set_user_attr(FIGURES, figures(candidate.samples_per_s).to_dict())
-        study.tell(trial, candidate.samples_per_s)
+        if candidate.settings.key() in pruned:
+            trial.report(candidate.samples_per_s, 0)
+            study.tell(trial, state=PRUNED)
+        else:
+            study.tell(trial, candidate.samples_per_s)
     return study
 
 
 def plan(
-    *, bounds: Bounds | None = None, space: Space | None = None, **options: object
+    *,
+    bounds: Bounds | None = None,
+    space: Space | None = None,
+    study: optuna.Study | None = None,
+    **options: object,
 ) -> ExplorePlan:
     machine = detect_machine(None)
     return ExplorePlan(
-        study=explored_study(),
+        study=study or explored_study(),
         space=space or build_space({"threads": None}, machine, 32),
         template=ProbeRequest(
             source=WorkloadSource(config_path="x.py"), settings=DEFAULT, device="cpu"
@@ -191,6 +203,7 @@ def run(
     **plan_args: object,
 ) -> tuple[SetFigures, autotune.decide._confirm.Confirmed]:
     backend = SetFigures(rate)
+    plan_args.setdefault("study", explored_study(explored))  # exploration measured them
     confirmed = confirm(
         backend,
         plan(**plan_args),  # type: ignore[arg-type]
@@ -520,7 +533,7 @@ def test_without_a_complete_finalist_the_choice_falls_back_to_exploration() -> N
 def test_falling_back_needs_a_measured_trial_of_the_explored_pick() -> None:
     stray = [Candidate(wide(4), 1000.0)]  # measured in no trial of the study
     with pytest.raises(ValueError, match="no measured trial of workers=4"):
-        run(lambda s, r: None, explored=stray)
+        run(lambda s, r: None, explored=stray, study=explored_study())
 
 
 def test_a_default_that_fails_a_round_gives_no_baseline_and_no_speedup() -> None:
@@ -685,7 +698,78 @@ def test_a_confirming_round_measures_at_most_most_confirmed_configs() -> None:
     def fresh64(n: int) -> Settings:
         return Settings(batch_size=64, num_workers=n, prefetch_factor=2, worker_threads=1)
 
-    explored = [Candidate(fresh64(n), 1000.0 - n) for n in range(1, 9)]
-    backend, _ = run(lambda s, r: 1000.0, explored=explored, bounds=ceiling_at(1000.0, fresh64(1)))
+    # Each pruned after one window; a config measured in full sits outside the band.
+    near = [Candidate(fresh64(n), 1000.0 - n) for n in range(1, 9)]
+    explored = [*near, Candidate(wide(8), 900.0)]
+    study = explored_study(explored, pruned=frozenset(c.settings.key() for c in near))
+    backend, _ = run(
+        lambda s, r: 1000.0,
+        explored=explored,
+        bounds=ceiling_at(1000.0, fresh64(1)),
+        study=study,
+    )
+    assert wide(8).key() in backend.orders[0]
     limit = SearchOptions().finalists
-    assert len(backend.orders[0]) == most_confirmed(limit) == (2 * limit + 3) + (limit + 2) + 1
+    assert len(backend.orders[0]) == most_confirmed(limit) == (2 * limit + 4) + (limit + 2) + 1
+
+
+def test_the_fastest_config_measured_in_full_joins_the_finalists() -> None:
+    # Three configs pruned after one lucky window each; the config that ran every window
+    # reads 7% below the best window, outside the finalists' band of twice 3%.
+    explored = [
+        Candidate(workers(2), 1000.0),
+        Candidate(workers(1), 990.0),
+        Candidate(workers(5), 985.0),
+        Candidate(workers(4), 930.0),
+        Candidate(workers(3), 800.0),  # in full too, but slower
+    ]
+    pruned = frozenset({workers(2).key(), workers(1).key(), workers(5).key()})
+    progress = Recorded()
+    backend, confirmed = run(
+        lambda s, r: 400.0 if s == DEFAULT else 1200.0 if s == workers(4) else 1000.0,
+        explored=explored,
+        study=explored_study(explored, pruned=pruned),
+        progress=progress,
+    )
+    four = (workers(2), workers(1), workers(5), workers(4))
+    assert finalists_in(backend.orders[0]) == [c.key() for c in four]
+    assert confirmed.winner.settings == workers(4)
+    note = f"{workers(4).describe()}: the fastest config exploration measured in full"
+    assert sum(m.startswith(note) for m in progress.messages) == 1
+    # Measured in full and among the finalists already: confirmed once, and no note.
+    progress = Recorded()
+    backend, _ = run(lambda s, r: 1000.0, progress=progress)
+    assert len(finalists_in(backend.orders[0])) == len(set(finalists_in(backend.orders[0]))) == 3
+    assert not any("measured in full" in m for m in progress.messages)
+
+
+def test_the_fastest_in_full_is_of_the_exploration_in_the_space_and_never_failed() -> None:
+    space = plan().space
+    study = explored_study([Candidate(workers(2), 500.0)])
+
+    def trial(settings: Settings, role: str = "explore") -> optuna.Trial:
+        return fixed_trial(study, {ROLE: role, SETTINGS: settings.to_dict()})
+
+    pruned = trial(workers(3))
+    pruned.report(5000.0, 0)
+    study.tell(pruned, state=PRUNED)
+    broken = trial(workers(5))  # finished, with a failure recorded
+    broken.set_user_attr(FAILURE, {"kind": "crash", "message": "killed"})
+    study.tell(broken, 5000.0)
+    study.tell(trial(workers(6), role="confirm"), 5000.0)
+    study.tell(trial(Settings(batch_size=1000)), 5000.0)  # outside the space
+    study.tell(trial(workers(1)), state=FAIL)
+    assert fastest_in_full(study, space) == Candidate(workers(2), 500.0)
+    # A config measured in full twice counts at its median.
+    study.tell(trial(workers(4)), 400.0)
+    study.tell(trial(workers(4)), 700.0)
+    study.tell(trial(workers(4)), 650.0)
+    assert fastest_in_full(study, space) == Candidate(workers(4), 650.0)
+    assert fastest_in_full(optuna.create_study(direction="maximize"), space) is None
+
+
+def test_the_fastest_in_full_is_left_to_the_default_loader_when_it_is_the_default() -> None:
+    explored = [Candidate(workers(2), 1000.0), Candidate(DEFAULT, 900.0)]
+    study = explored_study(explored, pruned=frozenset({workers(2).key()}))
+    backend, _ = run(lambda s, r: 1000.0, explored=explored, study=study)
+    assert finalists_in(backend.orders[0]) == [workers(2).key()]

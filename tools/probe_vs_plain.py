@@ -14,7 +14,8 @@ config, round after round (the order rotating), by:
   warm-up and one span as long as the windows), ``plainstep`` (the plain loop's training
   step instead of the probe's ``Trainer``), ``noseed`` (no seeding of random, numpy and
   torch); for example ``probe-bare+plainloop`` or ``probe-bare+noseed+plainstep``;
-- ``plain``: the plain-loop checker (a new interpreter, no autotune code);
+- ``plain``: the plain-loop checker (a fork of its zygote, `benchmarks/_zygote.py`: no
+  autotune code);
 - ``plain-forkserver``: the plain loop's code run in a child of the probes' fork server.
 
 ::
