@@ -42,13 +42,13 @@ def test_a_search_saves_its_trials_and_returns_a_tuned_loader(workdir) -> None:
 
     study = optuna.load_study(study_name="small", storage="sqlite:///studies/small.db")
     # The default loader is measured in each interleaved round, beside the finalists: 2
-    # rounds, and 2 more when the finalists those left within the noise of each other
-    # ran off (real measurements: the noise decides).
+    # rounds, and the runoff's 3 more when the finalists those left within the noise of
+    # each other ran off (real measurements: the noise decides).
     rounds: dict[str, list[str]] = {}
     for trial in study.trials:
         if GROUP in trial.user_attrs:
             rounds.setdefault(trial.user_attrs[GROUP], []).append(trial.user_attrs[ROLE])
-    assert len(rounds) == result.rounds and result.rounds in (2, 4)
+    assert len(rounds) == result.rounds and result.rounds in (2, 5)
     for roles in rounds.values():
         assert roles.count("confirm") >= 1
         assert roles.count("baseline") == defaults_measured(roles.count("confirm"), 1)
