@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -10,6 +11,8 @@ import pytest
 from faults import one_error_line
 
 from autotune.cli import main
+from autotune.decide._confirm import most_in_runoff
+from autotune.pipeline._dry_run import PROBE_START_S
 
 QUICK_SEARCH = """
 search = {"window_seconds": 0.1, "max_windows": 3, "warmup_seconds": 0.05, "ceilings": False,
@@ -146,8 +149,30 @@ def test_dry_run_prints_the_plan_and_measures_nothing(capsys, write_config, work
     assert "num_workers: one of 0, 1" in out
     assert "pin_memory: left out: it needs an accelerator" in out
     assert "budget: 5 exploration trials" in out and "in 2 interleaved rounds" in out
+    assert "and up to 3 more for those still within the noise of each other" in out
     assert "time: at most about" in out
     assert not (workdir / "studies").exists()
+    # The runoff's rounds are a flag too, and count in the time the plan may take.
+    assert main(["search", str(config), "--dry-run", "--trials", "5", "--runoff-rounds", "0"]) == 0
+    without = capsys.readouterr().out
+    assert "in 1 interleaved rounds\n" in without and "more for those" not in without
+    # 3 runoff rounds of at most 6 full probes each: QUICK_SEARCH's 0.05 s of warm-up
+    # and 3 windows of 0.1 s after the probe's start.
+    runoff = most_in_runoff() * 3 * (PROBE_START_S + 0.05 + 3 * 0.1)
+    default = main(["search", str(config), "--dry-run", "--trials", "5"])
+    with_runoff = capsys.readouterr().out
+    assert default == 0
+    assert _confirming_s(with_runoff) - _confirming_s(without) == pytest.approx(runoff, abs=1)
+
+
+def _confirming_s(plan: str) -> int:
+    """The seconds a dry run's plan gives confirming ("confirming 3:45")."""
+    found = re.search(r"confirming (\d+(?::\d\d)+)", plan)
+    assert found is not None, plan
+    seconds = 0
+    for part in found.group(1).split(":"):
+        seconds = 60 * seconds + int(part)
+    return seconds
 
 
 def test_flags_win_over_the_config_and_bad_ones_are_one_line(capsys, write_config, workdir) -> None:

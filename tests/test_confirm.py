@@ -19,11 +19,12 @@ from autotune.decide._confirm import (
     explored_candidates,
     fastest_in_full,
     most_confirmed,
+    most_in_runoff,
     persistent_twins,
     same_as_default,
     without_workers,
 )
-from autotune.decide._rounds import interleaved
+from autotune.decide._rounds import RUNOFF, interleaved
 from autotune.explore import ExplorePlan
 from autotune.explore._bounds import Bounds, compute_key
 from autotune.explore._trials import fixed_trial, group_attrs
@@ -378,7 +379,13 @@ def test_a_runoff_decides_between_the_finalists_the_rounds_left_within_the_noise
         "2 finalists within the noise (10%) of each other: 3 more interleaved "
         "round(s) between them and the default",
     ) in progress.phases
-    assert any(plan[:2] == ("runoff", 12) for plan in progress.plans)
+    assert ("runoff", 12, None, 0) in progress.plans
+    # Every trial of the runoff is recorded with its role: the default as the baseline.
+    assert backend.study is not None
+    roles = Counter(
+        (r.role, r.settings == DEFAULT) for r in records(backend.study) if r.role != "explore"
+    )
+    assert roles == {("baseline", True): 9 + 6, ("confirm", False): 9 + 6}
     # The finalists keep their figures: the two of the runoff from six rounds, the rest
     # from three; the default's from all six.
     by_workers = {m.settings.num_workers: m.samples_per_s for m in confirmed.finalists}
@@ -773,3 +780,70 @@ def test_the_fastest_in_full_is_left_to_the_default_loader_when_it_is_the_defaul
     study = explored_study(explored, pruned=frozenset({workers(2).key()}))
     backend, _ = run(lambda s, r: 1000.0, explored=explored, study=study)
     assert finalists_in(backend.orders[0]) == [workers(2).key()]
+
+
+def test_the_runoff_tells_the_probes_that_come_after_it() -> None:
+    progress = Recorded()
+    run(_close_race, progress=progress, later=5)
+    assert ("runoff", 12, None, 5) in progress.plans
+
+
+def test_after_an_even_count_of_rounds_the_runoff_starts_as_given() -> None:
+    def rate(s: Settings, r: int) -> float | None:
+        if s == DEFAULT:
+            return 500.0
+        if s.num_workers == 1:
+            return (1000.0, 1300.0)[r] if r < 2 else 900.0
+        if s.num_workers == 4:
+            return (1050.0, 1200.0)[r] if r < 2 else 1150.0
+        return 600.0
+
+    backend, confirmed = run(rate, rounds=2)
+    d, one, four = DEFAULT.key(), workers(1).key(), workers(4).key()
+    assert backend.orders[2:] == [[d, one, four, d], [d, four, one, d], [d, one, four, d]]
+    assert confirmed.rounds == 5 and confirmed.winner.settings == workers(4)
+
+
+def test_the_runoff_verdict_takes_each_config_beside_the_default() -> None:
+    # The machine runs at half speed in the runoff's rounds (the default reads 250).
+    # Beside the default, 4 workers are 2.2x and 1 worker 2.08x over the six rounds;
+    # on their own medians they read 725 and 710 samples/s, within the tolerance.
+    def rate(s: Settings, r: int) -> float | None:
+        if s == DEFAULT:
+            return 500.0 if r < 3 else 250.0
+        if s.num_workers == 1:
+            return (900.0, 1100.0, 1000.0, 520.0, 520.0, 520.0)[r]
+        if s.num_workers == 4:
+            return (1000.0, 850.0, 950.0, 600.0, 600.0, 600.0)[r]
+        return 600.0 if r < 3 else 300.0
+
+    _, confirmed = run(rate)
+    assert confirmed.rounds == 6
+    assert confirmed.winner.settings == workers(4)
+
+
+def test_a_runoff_round_measures_at_most_most_in_runoff_configs() -> None:
+    # Three finalists, each swinging within the noise of the others: all three run off.
+    swings = {1: (1000.0, 1300.0, 1100.0), 4: (1050.0, 1200.0, 1000.0), 2: (1100.0, 1000.0, 1250.0)}
+
+    def rate(s: Settings, r: int) -> float | None:
+        return 500.0 if s == DEFAULT else swings[s.num_workers][r % 3]
+
+    backend, _ = run(rate)
+    assert backend.rounds == 6
+    assert len(backend.orders[3]) == most_in_runoff() == RUNOFF + 2 + 1
+
+
+def test_the_fastest_in_full_spelling_out_the_default_threads_is_the_default() -> None:
+    # Measured in full: the default loader with torch's own 2 threads spelled out.
+    twin = Settings(batch_size=32, threads=2)
+    explored = [Candidate(workers(2), 1000.0), Candidate(twin, 900.0)]
+    study = explored_study(explored, pruned=frozenset({workers(2).key()}))
+    space = build_space({"threads": [1, 2]}, detect_machine(None), 32)
+    for default_threads, joins in ((2, False), (1, True)):
+        backend = SetFigures(lambda s, r: 1000.0)
+        confirm(
+            backend, plan(space=space, study=study), explored, DEFAULT, QuietProgress(),
+            later=0, default_threads=default_threads,
+        )  # fmt: skip
+        assert (twin.key() in backend.orders[0]) is joins

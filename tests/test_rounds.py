@@ -428,3 +428,23 @@ def test_a_contender_that_failed_in_the_runoff_is_not_chosen() -> None:
     kept = against(base, workers(8), 150, 150, 150, 150)
     assert runoff_verdict([failed, kept], base, tolerance=0.03, user_batch=32) is kept
     assert runoff_verdict([failed], base, tolerance=0.03, user_batch=32) is None
+
+
+def test_the_runoff_compares_configs_through_the_default_beside_each() -> None:
+    base = default(100, 100, 100)
+    fastest = against(base, workers(8), 150, 150, 150)
+    # Measured while the machine ran at half speed (the default beside it read 50): 1.4x.
+    slowed = measured(workers(2), 70, 70, 70, beside=(50.0, 50.0, 50.0))
+    chosen = contested([fastest, slowed], base, band=0.10, tolerance=0.03)
+    assert [r.settings for r in chosen] == [workers(8), workers(2)]
+    both = extended(slowed, measured(workers(2), 70, beside=(50.0,)))
+    assert both.settings == workers(2)
+
+
+def test_the_runoff_verdict_compares_through_the_default_beside_each() -> None:
+    base = default(100, 100, 100)
+    # 1.5x the default beside it, against 1.45x measured at full speed (3.3% behind);
+    # on their own medians, 75 against 145 samples/s.
+    slowed = measured(workers(1), 75, 75, 75, beside=(50.0, 50.0, 50.0))
+    ahead = against(base, workers(8), 145, 145, 145)
+    assert runoff_verdict([ahead, slowed], base, tolerance=0.03, user_batch=32) is slowed
