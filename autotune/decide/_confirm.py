@@ -63,15 +63,18 @@ class Confirmed:
     """No config beat the default loader beyond the noise: it is the recommendation."""
 
 
-def explored_candidates(study: optuna.Study, space: Space) -> list[Candidate]:
-    """Exploration measurements of configs in the current space (pruned ones included:
+def explored_candidates(
+    study: optuna.Study, space: Space, states: tuple[str, ...] = _MEASURED
+) -> list[Candidate]:
+    """Exploration measurements of configs in the current space in ``states`` (pruned ones
+    included by default:
     a config within noise of the best may have been pruned by one unlucky window).
     Failed trials are left out, whatever figures they reported before failing."""
     candidates = []
     for record in records(study):
         if (
             record.role == "explore"
-            and record.state in _MEASURED
+            and record.state in states
             and record.failure is None
             and record.settings is not None
             and record.value is not None
@@ -84,16 +87,7 @@ def explored_candidates(study: optuna.Study, space: Space) -> list[Candidate]:
 def fastest_in_full(study: optuna.Study, space: Space) -> Candidate | None:
     """The fastest config of the space that exploration measured in full (every window:
     not pruned, not failed), its figure the median of its trials; None when none was."""
-    full = [
-        Candidate(record.settings, record.value)
-        for record in records(study)
-        if record.role == "explore"
-        and record.state == "COMPLETE"
-        and record.failure is None
-        and record.settings is not None
-        and record.value is not None
-        and space.contains(record.settings)
-    ]
+    full = explored_candidates(study, space, states=("COMPLETE",))
     return max(merge(full), key=lambda c: c.samples_per_s) if full else None
 
 
