@@ -112,7 +112,7 @@ def confirm(
     user_batch = baseline.batch_size
     configs, notes = _finalist_settings(plan, explored, baseline, default_threads)
     order = interleaved(configs, baseline)
-    roles = ["baseline" if settings == baseline else "confirm" for settings in order]
+    roles = _roles(order, baseline)
     progress.phase(
         "confirm",
         f"measuring {len(configs)} finalist(s) and the default loader again, in "
@@ -190,7 +190,7 @@ def _runoff(
     order = interleaved([r.settings for r in contenders], default.settings)
     if options.rounds % 2:  # the last round ran as given: the next runs reversed
         order.reverse()
-    roles = ["baseline" if settings == default.settings else "confirm" for settings in order]
+    roles = _roles(order, default.settings)
     progress.phase(
         "runoff",
         f"{len(contenders)} finalists within the noise ({noise:.0%}) of each other: "
@@ -204,6 +204,11 @@ def _runoff(
         finalists=[extended(r, by_key[r.settings.key()]) for r in contenders],
         default=extended(default, more_default),
     )
+
+
+def _roles(order: list[Settings], default: Settings) -> list[str]:
+    """The study role of each probe of a round: the default loader's, or a finalist's."""
+    return ["baseline" if settings == default else "confirm" for settings in order]
 
 
 def same_as_default(settings: Settings, default: Settings, default_threads: int | None) -> bool:

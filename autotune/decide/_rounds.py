@@ -248,7 +248,7 @@ def verdict(
         if not near:
             return kept
     pick = cheapest_within(near, tolerance, user_batch=user_batch)
-    return next(r for r in complete if r.settings == pick.settings)
+    return _rounds_of(complete, pick.settings)
 
 
 def beats_default(chosen: Rounds, band: float) -> bool:
@@ -297,7 +297,7 @@ def contested(
     near = [c.settings for c in figures if c.samples_per_s >= (1.0 - band) * fastest][:limit]
     if len(near) < 2:
         return []
-    return [next(r for r in complete if r.settings == settings) for settings in near]
+    return [_rounds_of(complete, settings) for settings in near]
 
 
 def extended(first: Rounds, more: Rounds) -> Rounds:
@@ -326,4 +326,9 @@ def runoff_verdict(
     if not complete:
         return None
     pick = cheapest_within(side_by_side(complete, default), tolerance, user_batch=user_batch)
-    return next(r for r in complete if r.settings == pick.settings)
+    return _rounds_of(complete, pick.settings)
+
+
+def _rounds_of(rounds: Sequence[Rounds], settings: Settings) -> Rounds:
+    """The config of ``rounds`` with ``settings`` (a figure read from them names it)."""
+    return next(r for r in rounds if r.settings == settings)
