@@ -155,7 +155,7 @@ def test_dry_run_prints_the_plan_and_measures_nothing(capsys, write_config, work
     # The runoff's rounds are a flag too, and count in the time the plan may take.
     assert main(["search", str(config), "--dry-run", "--trials", "5", "--runoff-rounds", "0"]) == 0
     without = capsys.readouterr().out
-    assert "in 1 interleaved rounds\n" in without and "more for those" not in without
+    assert "in 1 interleaved round\n" in without and "more for those" not in without
     # 3 runoff rounds of at most 6 full probes each: QUICK_SEARCH's 0.05 s of warm-up
     # and 3 windows of 0.1 s after the probe's start.
     runoff = most_in_runoff() * 3 * (PROBE_START_S + 0.05 + 3 * 0.1)

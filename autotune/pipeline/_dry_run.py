@@ -62,7 +62,7 @@ def _plan_lines(
         f"budget: {options.trials} exploration trials"
         + (f", none started after {options.timeout:g} s" if options.timeout else "")
         + f"; then {options.finalists} or more finalists and the default loader in "
-        f"{options.rounds} interleaved rounds"
+        f"{options.rounds} interleaved round{'' if options.rounds == 1 else 's'}"
         + (
             f", and up to {options.runoff_rounds} more for those still within the noise of "
             "each other"
