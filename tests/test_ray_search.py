@@ -115,9 +115,10 @@ def test_a_ray_search_writes_the_study_the_embedded_one_would(
         assert ray_trial.user_attrs.keys() - {NODE} == embedded_trial.user_attrs.keys()
         assert embedded_trial.user_attrs[BACKEND] == "optuna"
 
-    # Resuming on Ray adds to the study; its confirming rounds run one after the other.
+    # Resuming on Ray adds to the study; its confirming rounds run one after the other
+    # (no runoff: whether one runs turns on the noise of real measurements).
     resume = ["--backend", "ray", "--study", "studies/ray.db", "--resume", "--trials", "3"]
-    assert main(["search", config, *resume, "--rounds", "2"]) == 0
+    assert main(["search", config, *resume, "--rounds", "2", "--runoff-rounds", "0"]) == 0
     capsys.readouterr()
     assert sum(r.probed for r in records(study("studies/ray.db")) if r.role == "explore") == 11
     assert_last_two_rounds(study("studies/ray.db").trials)

@@ -25,7 +25,9 @@ def small_search(**options):
 
 
 def test_a_search_saves_its_trials_and_returns_a_tuned_loader(workdir) -> None:
-    result = small_search(rounds=2)
+    # No runoff: whether one runs turns on the noise of real measurements, and its rounds
+    # are tested with a stand-in backend (test_confirm).
+    result = small_search(rounds=2, runoff_rounds=0)
     assert (workdir / "studies" / "small.db").exists()
     assert result.study_path == "studies/small.db"
     assert result.confirmed
@@ -41,14 +43,13 @@ def test_a_search_saves_its_trials_and_returns_a_tuned_loader(workdir) -> None:
     assert loader.batch_size == result.settings.batch_size
 
     study = optuna.load_study(study_name="small", storage="sqlite:///studies/small.db")
-    # The default loader is measured in each interleaved round, beside the finalists: 2
-    # rounds, and the runoff's 3 more when the finalists those left within the noise of
-    # each other ran off (real measurements: the noise decides).
+    # The default loader is measured in each of the 2 interleaved rounds, beside the
+    # finalists.
     rounds: dict[str, list[str]] = {}
     for trial in study.trials:
         if GROUP in trial.user_attrs:
             rounds.setdefault(trial.user_attrs[GROUP], []).append(trial.user_attrs[ROLE])
-    assert len(rounds) == result.rounds and result.rounds in (2, 5)
+    assert len(rounds) == result.rounds == 2
     for roles in rounds.values():
         assert roles.count("confirm") >= 1
         assert roles.count("baseline") == defaults_measured(roles.count("confirm"), 1)
