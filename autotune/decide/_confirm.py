@@ -66,10 +66,10 @@ class Confirmed:
 def explored_candidates(
     study: optuna.Study, space: Space, states: tuple[str, ...] = _MEASURED
 ) -> list[Candidate]:
-    """Exploration measurements of configs in the current space in ``states`` (pruned ones
-    included by default:
-    a config within noise of the best may have been pruned by one unlucky window).
-    Failed trials are left out, whatever figures they reported before failing."""
+    """Exploration measurements of configs in the current space, of trials in ``states``
+    (by default pruned ones too: a config within noise of the best may have been pruned
+    by one unlucky window). Failed trials are left out, whatever figures they reported
+    before failing."""
     candidates = []
     for record in records(study):
         if (
