@@ -57,7 +57,7 @@ from autotune.explore._ruled_out import (
 )
 from autotune.explore._rules import TrialRules
 from autotune.explore._rungs import StudyRungs
-from autotune.explore._trials import fixed_trial
+from autotune.explore._trials import enqueue_warm_starts, fixed_trial
 from autotune.machine._machine import Machine
 from autotune.probe import Failure, Figures, ProbeRequest, ProbeResult, Window, WorkloadSource
 from autotune.progress._progress import QuietProgress
@@ -73,6 +73,7 @@ from autotune.study._study import (
     META,
     ROLE,
     SETTINGS,
+    WARM_START,
     TrialRecord,
 )
 from autotune.workload._options import SearchOptions
@@ -652,9 +653,14 @@ def test_exploration_ends_near_the_highest_ceiling_once_the_warm_starts_ran() ->
 
 
 # ------------------------------------------------------------------ ASHA's rungs
-def reaching(study: optuna.Study, value: float, windows: int = 1) -> FrozenTrial:
-    """A new trial that reported ``value`` after each of ``windows`` windows."""
+def reaching(
+    study: optuna.Study, value: float, windows: int = 1, *, warm_start: bool = False
+) -> FrozenTrial:
+    """A new trial (one of the warm starts if ``warm_start``) that reported ``value``
+    after each of ``windows`` windows."""
     trial = study.ask()
+    if warm_start:
+        trial.set_user_attr(PROPOSED_BY, WARM_START)
     for step in range(1, windows + 1):
         trial.report(value, step)
     return study._storage.get_trial(trial._trial_id)
@@ -673,6 +679,35 @@ def test_a_trial_at_a_rung_competes_with_the_trials_already_in_the_study() -> No
     # Judged at the rungs only (1, 3, 9 windows), not in between.
     assert not rungs.prune(study, reaching(study, 1, windows=2))
     assert rungs.prune(study, reaching(study, 1, windows=3))
+
+
+def test_a_warm_start_is_judged_from_the_second_rung_on() -> None:
+    # compute-bound seed 1 (9e320ec) pruned its warm start without workers after one
+    # window at 2,248 samples/s, where the model alone measured 3,432: the grid's best.
+    study = optuna.create_study(direction="maximize")
+    for value in (400, 500, 600):
+        add_trial(study, state=TrialState.PRUNED, steps={1: value, 2: value, 3: value})
+    rungs = StudyRungs(min_windows=1, reduction_factor=3)
+    assert rungs.prune(study, reaching(study, 100))  # sampled: judged on its first window
+    slow_start = reaching(study, 100, warm_start=True)
+    assert not rungs.prune(study, slow_start)  # a warm start goes on to the next rung
+    # Its first window still counts at the first rung: with it, six values there, so the
+    # best two go on (600 and 550); without it, five, and only the best one would.
+    assert not rungs.prune(study, reaching(study, 550))
+    assert rungs.prune(study, reaching(study, 100, windows=3, warm_start=True))  # judged
+    assert not rungs.prune(study, reaching(study, 700, windows=3, warm_start=True))
+    # A warm start whose window measured nothing stops at once.
+    assert rungs.prune(study, reaching(study, float("nan"), warm_start=True))
+
+
+def test_warm_starts_are_queued_as_such_the_first_time_a_study_explores() -> None:
+    study = optuna.create_study(direction="maximize")
+    plan = dataclasses.replace(explore_plan(study), warm_starts=(config(8),))
+    enqueue_warm_starts(plan)
+    (waiting,) = study.get_trials(states=(TrialState.WAITING,))
+    assert waiting.user_attrs == {ROLE: "explore", PROPOSED_BY: WARM_START}
+    enqueue_warm_starts(plan)  # the study has trials: nothing queued again
+    assert len(study.trials) == 1
 
 
 def test_repeats_and_given_configs_do_not_compete_at_the_rungs() -> None:

@@ -25,12 +25,11 @@ from autotune.study._study import (
     DUPLICATE_OF,
     FAILURE,
     FIGURES,
+    PROPOSED_BY,
     ROLE,
     SETTINGS,
 )
 
-PROPOSED_BY = "autotune.proposed_by"
-"""Trial attribute: why autotune queued this config instead of the sampler's proposal."""
 _ENUMERABLE = 20_000
 """Spaces up to this many configs are enumerated to find one not measured yet."""
 _MAY_PASS_ANOTHER_TIME = ("interrupted", "timeout")

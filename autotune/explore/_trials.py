@@ -13,7 +13,17 @@ from optuna.trial import TrialState
 from autotune.explore._backend import ExplorePlan
 from autotune.probe import Figures
 from autotune.settings._settings import Settings
-from autotune.study._study import GROUP, OWNER, POSITION, ROLE, SETTINGS, TrialRecord, owner
+from autotune.study._study import (
+    GROUP,
+    OWNER,
+    POSITION,
+    PROPOSED_BY,
+    ROLE,
+    SETTINGS,
+    WARM_START,
+    TrialRecord,
+    owner,
+)
 
 
 def report_windows(trial: optuna.Trial, figures: Figures, *, after: int = 0) -> None:
@@ -42,12 +52,14 @@ def enqueue(study: optuna.Study, params: dict[str, Any], attrs: dict[str, Any]) 
 
 
 def enqueue_warm_starts(plan: ExplorePlan) -> None:
-    """Queue the plan's warm-start configs, the first time a study explores."""
+    """Queue the plan's warm-start configs, the first time a study explores, marked as
+    such (the pruner judges them from its second rung on)."""
     if plan.study.get_trials(deepcopy=False):
         return
     for settings in plan.warm_starts:
         if plan.space.contains(settings):
-            enqueue(plan.study, plan.space.params(settings), {ROLE: "explore"})
+            attrs = {ROLE: "explore", PROPOSED_BY: WARM_START}
+            enqueue(plan.study, plan.space.params(settings), attrs)
 
 
 def group_attrs(

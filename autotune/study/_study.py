@@ -56,6 +56,10 @@ NODE = "autotune.node"
 DUPLICATE_OF = "autotune.duplicate_of"
 BOUNDED = "autotune.bounded"
 OWNER = "autotune.owner"
+PROPOSED_BY = "autotune.proposed_by"
+"""Trial attribute: why autotune queued this config rather than the sampler proposing it."""
+WARM_START = "warm start"
+"""The PROPOSED_BY of the configs a search tries first (judged from ASHA's second rung)."""
 
 DEFAULT_DIR = Path("studies")
 LOCK_TIMEOUT_SECONDS = 60.0
