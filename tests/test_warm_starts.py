@@ -17,11 +17,12 @@ def described(starts: tuple[Settings, ...]) -> list[str]:
     return [s.describe() for s in starts]
 
 
-def test_on_cpu_the_rule_of_thumb_the_cpus_split_and_no_workers_come_first() -> None:
+def test_on_cpu_the_rule_of_thumb_on_every_then_on_one_thread_the_split_and_no_workers() -> None:
     host = machine(4)
     space = build_space({}, host, 32)
     assert described(warm_starts(space, host, 32)) == [
         "workers=4 prefetch=2 persistent=yes batch=32 threads=4 worker_threads=1",
+        "workers=4 prefetch=2 persistent=yes batch=32 threads=1 worker_threads=1",
         "workers=3 prefetch=2 persistent=yes batch=32 threads=1 worker_threads=1",
         "workers=0 batch=32 threads=4",
     ]
@@ -73,12 +74,13 @@ def test_the_widened_range_comes_second_then_the_split() -> None:
     assert described(warm_starts(space, host, 32, wide_workers=8)) == [
         "workers=2 prefetch=2 persistent=yes batch=32 threads=2 worker_threads=1",
         "workers=8 prefetch=2 persistent=yes batch=32 threads=2 worker_threads=1",
+        "workers=2 prefetch=2 persistent=yes batch=32 threads=1 worker_threads=1",
         "workers=1 prefetch=2 persistent=yes batch=32 threads=1 worker_threads=1",
         "workers=0 batch=32 threads=2",
     ]
 
 
-def test_the_fastest_compute_ceiling_leads_and_the_split_keeps_its_one_thread() -> None:
+def test_the_fastest_compute_ceiling_leads_and_the_starts_on_one_thread_keep_it() -> None:
     host = machine(2)
     space = build_space({}, host, 32)
     fastest = Settings(batch_size=64, num_workers=0, threads=2)
@@ -86,10 +88,12 @@ def test_the_fastest_compute_ceiling_leads_and_the_split_keeps_its_one_thread() 
     assert starts == [
         "workers=2 prefetch=2 persistent=yes batch=64 threads=2 worker_threads=1",
         "workers=8 prefetch=2 persistent=yes batch=64 threads=2 worker_threads=1",
+        "workers=2 prefetch=2 persistent=yes batch=64 threads=1 worker_threads=1",
         "workers=1 prefetch=2 persistent=yes batch=64 threads=1 worker_threads=1",
         "workers=0 batch=64 threads=2",
         "workers=2 prefetch=2 persistent=yes batch=32 threads=2 worker_threads=1",
         "workers=8 prefetch=2 persistent=yes batch=32 threads=2 worker_threads=1",
+        "workers=2 prefetch=2 persistent=yes batch=32 threads=1 worker_threads=1",
         "workers=1 prefetch=2 persistent=yes batch=32 threads=1 worker_threads=1",
         "workers=0 batch=32 threads=2",
     ]
@@ -116,6 +120,7 @@ def test_no_workers_at_the_fastest_batch_also_trains_on_every_thread() -> None:
         "workers=0 batch=64 threads=1",
         "workers=0 batch=64 threads=2",
         "workers=2 prefetch=2 persistent=yes batch=32 threads=2 worker_threads=1",
+        "workers=2 prefetch=2 persistent=yes batch=32 threads=1 worker_threads=1",
         "workers=1 prefetch=2 persistent=yes batch=32 threads=1 worker_threads=1",
         "workers=0 batch=32 threads=2",
     ]
@@ -128,13 +133,14 @@ def test_the_loaders_best_comes_after_the_rule_of_thumb_on_the_fewest_threads() 
     space = build_space({}, host, 64)
     fastest = Settings(batch_size=128, num_workers=0, threads=2)
     starts = described(warm_starts(space, host, 64, fastest_model=fastest, loader_workers=8))
-    assert starts[:4] == [
+    assert starts[:5] == [
         "workers=2 prefetch=2 persistent=yes batch=128 threads=2 worker_threads=1",
         "workers=8 prefetch=2 persistent=yes batch=128 threads=1 worker_threads=1",
+        "workers=2 prefetch=2 persistent=yes batch=128 threads=1 worker_threads=1",
         "workers=1 prefetch=2 persistent=yes batch=128 threads=1 worker_threads=1",
         "workers=0 batch=128 threads=2",
     ]
     assert "workers=8 prefetch=2 persistent=yes batch=64 threads=1 worker_threads=1" in starts
     # No loader figure, or none with workers: no such start.
-    assert len(warm_starts(space, host, 64, loader_workers=None)) == 3
-    assert len(warm_starts(space, host, 64, loader_workers=0)) == 3
+    assert len(warm_starts(space, host, 64, loader_workers=None)) == 4
+    assert len(warm_starts(space, host, 64, loader_workers=0)) == 4

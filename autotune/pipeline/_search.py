@@ -311,11 +311,12 @@ def warm_starts(
     ``wide_workers`` when the worker sweep widened the range to that many (so the search
     measures the region the sweep opened); the loader at its best, ``loader_workers``
     (the worker count the sweep measured fastest alone), training on the fewest threads
-    so the workers have the CPUs; the CPUs split between training and loading
+    so the workers have the CPUs; the rule of thumb's workers training on the fewest
+    threads; the CPUs split between training and loading
     (the fewest training threads, a worker on each CPU they leave: workers and training
     threads share the cores, which the rule of thumb oversubscribes); no workers. Each
     comes with the batch size, AMP and threads of the fastest compute ceiling
-    (``fastest_model``) when the bounds measured one (the loader's best and the split
+    (``fastest_model``) when the bounds measured one (the starts on the fewest threads
     keep their threads), then with the user's own. No workers at the fastest batch size
     and AMP is also tried on every thread, when the fastest ceiling had fewer: without
     workers the training has the CPUs to itself, and ceilings of two thread counts are
@@ -324,7 +325,11 @@ def warm_starts(
     The loader's best is there because exploration prunes on single windows of a
     noisy machine: on tiny-model (926df22) the loader alone peaked at 8-16 workers on 2
     CPUs, the plain loop's best trained there on one thread, and the searches, which
-    sampled that region once or twice, chose 2-5 workers."""
+    sampled that region once or twice, chose 2-5 workers. A worker per CPU on the fewest
+    threads lies between the loader's best and the split, where neither of them nor the
+    rule of thumb measures it: it was the plain loop's best on cpu-decode (d6d36d4: the
+    seed that never tried it chose 0.915 of it), tiny-model (9042e2f) and dict-batches
+    (2304021)."""
     share = cpus or machine.cpus
     threads = [t for t in space.threads.values() if isinstance(t, int)]
     rule_of_thumb = Settings(
@@ -348,6 +353,10 @@ def warm_starts(
         )
         own_threads.append(loaded)
         starts.append(loaded)
+    if threads and min(threads) < max(threads):
+        packed = dataclasses.replace(rule_of_thumb, threads=min(threads))
+        own_threads.append(packed)
+        starts.append(packed)
     if threads and share > min(threads):
         split = dataclasses.replace(
             rule_of_thumb, num_workers=share - min(threads), threads=min(threads)
