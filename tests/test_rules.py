@@ -671,7 +671,7 @@ def test_a_trial_at_a_rung_competes_with_the_trials_already_in_the_study() -> No
     study = optuna.create_study(direction="maximize")
     for value in (100, 200, 300, 400, 500):
         add_trial(study, state=TrialState.PRUNED, steps={1: value, 2: value, 3: value})
-    rungs = StudyRungs(min_windows=1, reduction_factor=3)
+    rungs = StudyRungs(min_windows=1, reduction_factor=3, max_windows=9)
     fresh = optuna.create_study(direction="maximize")
     assert not rungs.prune(fresh, reaching(fresh, 350))  # alone, it would be the best
     assert rungs.prune(study, reaching(study, 350))  # 6 at the rung: 400 and 500 go on
@@ -687,7 +687,7 @@ def test_a_warm_start_is_judged_from_the_second_rung_on() -> None:
     study = optuna.create_study(direction="maximize")
     for value in (400, 500, 600):
         add_trial(study, state=TrialState.PRUNED, steps={1: value, 2: value, 3: value})
-    rungs = StudyRungs(min_windows=1, reduction_factor=3)
+    rungs = StudyRungs(min_windows=1, reduction_factor=3, max_windows=9)
     assert rungs.prune(study, reaching(study, 100))  # sampled: judged on its first window
     slow_start = reaching(study, 100, warm_start=True)
     assert not rungs.prune(study, slow_start)  # a warm start goes on to the next rung
@@ -710,11 +710,23 @@ def test_warm_starts_are_queued_as_such_the_first_time_a_study_explores() -> Non
     assert len(study.trials) == 1
 
 
+def test_a_trial_that_ran_every_window_is_not_pruned_at_the_last_one() -> None:
+    # cpu-decode seed 1 (c1fbf4a): 777 samples/s over all 9 windows, "pruned after 9
+    # windows", so not among the configs measured in full.
+    study = optuna.create_study(direction="maximize")
+    for value in (700, 800, 900):
+        add_trial(study, value=value, steps={1: value, 3: value, 9: value})
+    assert StudyRungs(1, 3, max_windows=27).prune(study, reaching(study, 600, windows=9))
+    assert not StudyRungs(1, 3, max_windows=9).prune(study, reaching(study, 600, windows=9))
+    assert StudyRungs(1, 3, max_windows=9).prune(study, reaching(study, 600, windows=3))
+    assert StudyRungs(1, 3, max_windows=9).prune(study, reaching(study, float("nan"), 9))
+
+
 def test_repeats_and_given_configs_do_not_compete_at_the_rungs() -> None:
     study = optuna.create_study(direction="maximize")
     add_trial(study, role="confirm", value=1000, steps={1: 1000})
     add_trial(study, value=1000, steps={1: 1000}, **{DUPLICATE_OF: 0})
-    assert not StudyRungs(1, 3).prune(study, reaching(study, 100))
+    assert not StudyRungs(1, 3, 9).prune(study, reaching(study, 100))
 
 
 # ------------------------------------------------------------------ the rules together

@@ -27,6 +27,7 @@ from autotune.explore._rungs import StudyRungs
 from autotune.explore._trials import enqueue_warm_starts, group_attrs
 from autotune.settings._settings import Settings
 from autotune.study._study import quiet_optuna
+from autotune.workload._options import SearchOptions
 
 N_STARTUP_TRIALS = 6
 
@@ -46,10 +47,10 @@ def sampler(seed: int | None) -> optuna.samplers.BaseSampler:
         )
 
 
-def pruner(min_windows: int, reduction_factor: int) -> optuna.pruners.BasePruner:
+def pruner(options: SearchOptions) -> optuna.pruners.BasePruner:
     """ASHA, rungs at min_windows * rf**k windows, read from the study: every trial in it
     competes, whichever search or backend ran it (:mod:`autotune.explore._rungs`)."""
-    return StudyRungs(min_windows, reduction_factor)
+    return StudyRungs(options.min_windows, options.reduction_factor, options.max_windows)
 
 
 class EmbeddedBackend:
@@ -59,7 +60,7 @@ class EmbeddedBackend:
 
     def _prepare(self, plan: ExplorePlan, *, exploring: bool) -> Objective:
         plan.study.sampler = sampler(plan.options.seed)
-        plan.study.pruner = pruner(plan.options.min_windows, plan.options.reduction_factor)
+        plan.study.pruner = pruner(plan.options)
         return Objective(plan, exploring=exploring)
 
     def explore(self, plan: ExplorePlan) -> None:

@@ -88,7 +88,8 @@ class TrialBook:
         """The attributes of the trials to run, in order, when this run measures given
         configs (the confirming rounds) rather than asking the sampler."""
         self.rules = TrialRules(plan, exploring=exploring, backend="ray")
-        self.rungs = StudyRungs(plan.options.min_windows, plan.options.reduction_factor)
+        options = plan.options
+        self.rungs = StudyRungs(options.min_windows, options.reduction_factor, options.max_windows)
         self.count = count
         self.deadline = None if timeout is None else time.monotonic() + timeout
         self.asked = 0
