@@ -16,6 +16,7 @@ from autotune.decide._rounds import (
     gather,
     interleaved,
     relative_spread,
+    round_length,
     round_noise,
     runoff_verdict,
     side_by_side,
@@ -83,6 +84,11 @@ def test_a_round_measures_the_default_first_last_and_after_every_two_finalists()
     assert interleaved([], DEFAULT) == [DEFAULT]
     with pytest.raises(ValueError, match="is the default loader"):
         interleaved([a, DEFAULT], DEFAULT)
+
+
+def test_the_progress_estimate_counts_a_rounds_probes_as_they_are_laid_out() -> None:
+    for n in range(8):
+        assert round_length(n) == len(interleaved([workers(w + 1) for w in range(n)], DEFAULT))
 
 
 def test_a_finalist_is_measured_beside_the_default_nearest_to_it() -> None:

@@ -144,6 +144,12 @@ def interleaved(configs: Sequence[Settings], default: Settings) -> list[Settings
     return order
 
 
+def round_length(configs: int) -> int:
+    """Probes in one round of :func:`interleaved` over ``configs`` configs (the default
+    loader's included): what a progress estimate counts before the finalists are known."""
+    return 1 + configs + math.ceil(configs / BESIDE)
+
+
 def gather(
     order: Sequence[Settings], found: Sequence[Sequence[Measurement | None]]
 ) -> tuple[list[Rounds], Rounds]:

@@ -18,6 +18,7 @@ from autotune._format import format_rate
 from autotune.decide._ceilings import Ceilings, measure_ceilings
 from autotune.decide._confirm import confirm, explored_candidates
 from autotune.decide._ddp import planned_probes, run_ddp_stage
+from autotune.decide._rounds import round_length
 from autotune.explore import Backend, ExplorePlan, get_backend
 from autotune.explore._bounds import measure_bounds
 from autotune.explore._worker_range import WorkerRange, measure_worker_range, sweepable
@@ -180,10 +181,11 @@ def _run_stages(
         + "; ".join(space.notes)
         + ")",
     )
-    # Later: the finalists and the default loader re-measured, the DDP probes, the ceilings.
+    # Later: the finalists and the default loader re-measured (the default beside every
+    # two; a runoff, when one runs, is counted once it starts), the DDP probes, the ceilings.
     ceiling_probes = _CEILING_PROBES if options.ceilings else 0
     ddp_probes = planned_probes(info, options, options.finalists) if placement.ranks > 1 else 0
-    later = (options.finalists + 1) * options.rounds + ddp_probes + ceiling_probes
+    later = round_length(options.finalists) * options.rounds + ddp_probes + ceiling_probes
     progress.plan("explore", options.trials, options.timeout, later=later)
     plan = ExplorePlan(
         study=study,
