@@ -7,19 +7,18 @@ rounds left within the noise of each other."""
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import optuna
 
 from autotune.decide._choose import OVERLAP_FACTOR, Candidate, cheapest_within, finalists, merge
 from autotune.decide._rounds import (
-    BESIDE,
     RUNOFF,
     Rounds,
     contested,
     extended,
     gather,
     interleaved,
+    round_length,
     round_noise,
     runoff_verdict,
     verdict,
@@ -283,13 +282,13 @@ def most_confirmed(limit: int) -> int:
     config measured in full, the leader's loader without workers, the persistent twins,
     and the default loader beside them (:func:`autotune.decide._rounds.interleaved`)."""
     configs = OVERLAP_FACTOR * limit + 2 + TWINS
-    return configs + math.ceil(configs / BESIDE) + 1
+    return round_length(configs)
 
 
 def most_in_runoff() -> int:
     """The most probes a round of the runoff runs: :data:`RUNOFF` finalists and the
     default loader beside them."""
-    return RUNOFF + math.ceil(RUNOFF / BESIDE) + 1
+    return round_length(RUNOFF)
 
 
 def persistent_twins(chosen: list[Candidate], space: Space) -> list[Settings]:
