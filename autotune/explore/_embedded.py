@@ -27,7 +27,6 @@ from autotune.explore._rungs import StudyRungs
 from autotune.explore._trials import enqueue_warm_starts, group_attrs
 from autotune.settings._settings import Settings
 from autotune.study._study import quiet_optuna
-from autotune.workload._options import SearchOptions
 
 N_STARTUP_TRIALS = 6
 
@@ -47,12 +46,6 @@ def sampler(seed: int | None) -> optuna.samplers.BaseSampler:
         )
 
 
-def pruner(options: SearchOptions) -> optuna.pruners.BasePruner:
-    """ASHA, rungs at min_windows * rf**k windows, read from the study: every trial in it
-    competes, whichever search or backend ran it (:mod:`autotune.explore._rungs`)."""
-    return StudyRungs(options.min_windows, options.reduction_factor, options.max_windows)
-
-
 class EmbeddedBackend:
     """Optuna in this process."""
 
@@ -60,7 +53,9 @@ class EmbeddedBackend:
 
     def _prepare(self, plan: ExplorePlan, *, exploring: bool) -> Objective:
         plan.study.sampler = sampler(plan.options.seed)
-        plan.study.pruner = pruner(plan.options)
+        # ASHA, its rungs read from the study: every trial in it competes, whichever
+        # search or backend ran it (autotune.explore._rungs).
+        plan.study.pruner = StudyRungs.of_search(plan.options)
         return Objective(plan, exploring=exploring)
 
     def explore(self, plan: ExplorePlan) -> None:

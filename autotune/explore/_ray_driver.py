@@ -88,8 +88,7 @@ class TrialBook:
         """The attributes of the trials to run, in order, when this run measures given
         configs (the confirming rounds) rather than asking the sampler."""
         self.rules = TrialRules(plan, exploring=exploring, backend="ray")
-        options = plan.options
-        self.rungs = StudyRungs(options.min_windows, options.reduction_factor, options.max_windows)
+        self.rungs = StudyRungs.of_search(plan.options)
         self.count = count
         self.deadline = None if timeout is None else time.monotonic() + timeout
         self.asked = 0

@@ -45,6 +45,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.study._study import DUPLICATE_OF, PROPOSED_BY, ROLE, WARM_START
+from autotune.workload._options import SearchOptions
 
 
 class StudyRungs(optuna.pruners.BasePruner):
@@ -67,6 +68,12 @@ class StudyRungs(optuna.pruners.BasePruner):
         self.min_windows = min_windows
         self.reduction_factor = reduction_factor
         self.max_windows = max_windows
+
+    @classmethod
+    def of_search(cls, options: SearchOptions) -> StudyRungs:
+        """The rungs a search's options set (``min_windows``, ``reduction_factor``,
+        ``max_windows``), whichever backend runs its trials."""
+        return cls(options.min_windows, options.reduction_factor, options.max_windows)
 
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
         """Whether ``trial`` stops at its last reported window (a maximised throughput)."""
