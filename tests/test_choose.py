@@ -40,6 +40,16 @@ def test_cost_puts_training_changes_before_machine_cost() -> None:
         s(num_workers=2, persistent_workers=True), 32
     )
     assert cost(s(threads=1), 32) < cost(s(threads=2), 32) < cost(s(threads=None), 32)
+    # The workers' native threads last: fewer is cheaper, and no cap (torch's one per CPU
+    # in each worker) the dearest.
+    assert (
+        cost(s(num_workers=2, worker_threads=1), 32)
+        < cost(s(num_workers=2, worker_threads=2), 32)
+        < cost(s(num_workers=2, worker_threads=None), 32)
+    )
+    assert cost(s(num_workers=2, threads=1, worker_threads=None), 32) < cost(
+        s(num_workers=2, threads=2, worker_threads=1), 32
+    )
 
 
 def test_ties_go_to_the_faster() -> None:

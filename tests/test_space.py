@@ -111,6 +111,13 @@ def test_snap_moves_a_config_into_the_space() -> None:
     assert space.contains(snapped)
 
 
+def test_snap_moves_the_workers_threads_to_the_nearest_of_the_space() -> None:
+    space = build_space({"num_workers": [0, 2], "worker_threads": [1, 4]}, CPU, batch_size=32)
+    started = Settings(batch_size=32, num_workers=2, prefetch_factor=2, threads=1)
+    assert space.snap(dataclasses.replace(started, worker_threads=3)).worker_threads == 4
+    assert space.snap(dataclasses.replace(started, worker_threads=2)).worker_threads == 1
+
+
 @pytest.mark.parametrize(
     ("user", "message"),
     [
@@ -119,6 +126,7 @@ def test_snap_moves_a_config_into_the_space() -> None:
         ({"batch_size": []}, "is empty"),
         ({"batch_size": 0}, "batch_size must be an integer >= 1"),
         ({"prefetch_factor": 0}, "prefetch_factor must be an integer >= 1"),
+        ({"worker_threads": 0}, "worker_threads must be an integer >= 1"),
         ({"num_workers": 0, "prefetch_factor": 2}, "fixes num_workers at 0"),
         ({"num_workers": 0, "persistent_workers": True}, "fixes num_workers at 0"),
         ({"pin_memory": True}, "runs on CPU"),
