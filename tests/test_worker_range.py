@@ -11,15 +11,17 @@ from conftest import quick
 import autotune
 from autotune._format import format_rate
 from autotune.explore import _worker_range
-from autotune.explore._bounds import Bounds
+from autotune.explore._bounds import Bounds, compute_key
 from autotune.explore._worker_range import (
     GAIN,
+    LOADER_BOUND,
     WORKER_RANGE,
     WorkerRange,
     sweep,
     sweepable,
 )
 from autotune.machine._machine import Machine
+from autotune.settings._settings import Settings
 from autotune.space._space import IntRange, build_space
 from autotune.study._study import records
 
@@ -101,6 +103,42 @@ def test_the_note_says_why_the_range_moved_and_round_trips() -> None:
     assert note.startswith("num_workers: up to 16, not 8:")
     assert "1,950 with 8, 3,900 with 16 workers" in note
     assert WorkerRange.from_dict(found.to_dict()) == found
+
+
+def ceilings(table: dict[tuple[int, int], float]) -> Bounds:
+    """Bounds of (batch size, threads) -> the model's samples/s."""
+    models = {compute_key(m): m for m in (Settings(batch_size=b, threads=t) for b, t in table)}
+    rates = {compute_key(Settings(batch_size=b, threads=t)): r for (b, t), r in table.items()}
+    return Bounds(rates, models)
+
+
+def test_where_the_loader_bounds_the_training_the_search_leads_with_the_largest_batch() -> None:
+    # cpu-decode at 71766cc, seed 1: the model alone within its noise across batch 16-64,
+    # the loader alone at 858; the ceilings ranked the user's batch first.
+    bounds = ceilings(
+        {
+            (16, 1): 3136.0,
+            (16, 2): 3562.0,
+            (32, 1): 3710.0,
+            (32, 2): 3700.0,
+            (64, 1): 3000.0,
+            (64, 2): 3501.0,
+        }
+    )
+    assert bounds.fastest_model() == Settings(batch_size=32, threads=1)
+    found = WorkerRange({8: 858.0, 16: 828.0}, bound=8, ceiling=3710.0)
+    # The largest batch, on the threads of its own highest ceiling.
+    assert found.leading_model(bounds) == Settings(batch_size=64, threads=2)
+    # Only the batch sizes whose ceiling is over 1/LOADER_BOUND times the loader's best
+    # count: batch 64 (3,501 at best) is loader-bound for a loader of 1,750, not of 1,751.
+    edge = 3501.0 * LOADER_BOUND
+    assert WorkerRange({8: edge - 1}, 8, 3710.0).leading_model(bounds).batch_size == 64
+    assert WorkerRange({8: edge + 1}, 8, 3710.0).leading_model(bounds).batch_size == 32
+    # A loader faster than half of every ceiling: the fastest ceiling leads.
+    assert WorkerRange({8: 1900.0}, 8, 3710.0).leading_model(bounds) == bounds.fastest_model()
+    # Nothing measured of the loader, or of the model: as the ceilings say.
+    assert WorkerRange({}, 8, 3710.0).leading_model(bounds) == bounds.fastest_model()
+    assert found.leading_model(Bounds({})) is None
 
 
 def test_only_a_default_range_with_a_ceiling_is_swept() -> None:

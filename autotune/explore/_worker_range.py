@@ -39,6 +39,9 @@ GAIN = 1.25
 more than a short data probe's noise, far less than the 2x of a loader that waits."""
 MOST_WORKERS = 64
 """The sweep never goes above this many workers (each is a process with its own memory)."""
+LOADER_BOUND = 0.5
+"""A model config whose compute ceiling is over the loader's best by more than 1/this is
+bound by the loader: the ceilings of such configs say nothing of which trains fastest."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +65,35 @@ class WorkerRange:
         most; None when nothing was measured."""
         inside = {count: rate for count, rate in self.rates.items() if count <= self.bound}
         return max(inside, key=lambda count: inside[count]) if inside else None
+
+    def leading_model(self, bounds: Bounds) -> Settings | None:
+        """The (batch size, AMP, threads) the search starts from: the fastest compute
+        ceiling's, except where the loader bounds the training.
+
+        There the largest batch size among the model configs whose ceiling is over
+        1/:data:`LOADER_BOUND` times the loader's best (with the AMP and threads of its
+        highest ceiling), since their ceilings differ by the noise of a few short
+        windows (cpu-decode at 71766cc: 3,000-3,710 samples/s across batch 16-64, the
+        loader alone 858), and at equal speed a larger batch spends less CPU per sample
+        on each step's fixed work and each batch's hand-off from a worker, CPU the
+        workers need. The plain loop's best lay at the largest batch of the space on
+        cpu-decode, hdf5-chunked, dict-batches, many-small-files and tiny-model, each a
+        loader the sweep found below the model's ceiling. The starts at the user's own
+        batch size stay (see ``warm_starts``)."""
+        fastest = bounds.fastest_model()
+        if fastest is None or not self.rates:
+            return fastest
+        loader = max(self.rates.values())
+        bound = {
+            key: rate
+            for key, rate in bounds.ceilings.items()
+            if key in bounds.models and rate * LOADER_BOUND > loader
+        }
+        if not bound:
+            return fastest
+        largest = max(bounds.models[key].batch_size for key in bound)
+        at_largest = {k: r for k, r in bound.items() if bounds.models[k].batch_size == largest}
+        return bounds.models[max(at_largest, key=at_largest.__getitem__)]
 
     def to_dict(self) -> dict[str, object]:
         return {

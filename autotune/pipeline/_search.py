@@ -20,7 +20,7 @@ from autotune.decide._confirm import confirm, explored_candidates
 from autotune.decide._ddp import planned_probes, run_ddp_stage
 from autotune.decide._rounds import round_length
 from autotune.explore import Backend, ExplorePlan, get_backend
-from autotune.explore._bounds import measure_bounds
+from autotune.explore._bounds import Bounds, measure_bounds
 from autotune.explore._worker_range import WorkerRange, measure_worker_range, sweepable
 from autotune.machine._machine import Machine
 from autotune.pipeline._setup import inputs, prepare
@@ -196,7 +196,7 @@ def _run_stages(
             machine,
             workload.batch_size,
             cpus=placement.rank_cpus,
-            fastest_model=bounds.fastest_model() if bounds is not None else None,
+            fastest_model=_leading_model(bounds, worker_range),
             wide_workers=worker_range.widened() if worker_range is not None else None,
             loader_workers=worker_range.fastest() if worker_range is not None else None,
         ),
@@ -318,7 +318,9 @@ def warm_starts(
     (the fewest training threads, a worker on each CPU they leave: workers and training
     threads share the cores, which the rule of thumb oversubscribes); no workers. Each
     comes with the batch size, AMP and threads of the fastest compute ceiling
-    (``fastest_model``) when the bounds measured one (the starts on the fewest threads
+    (``fastest_model``; where the loader bounds the training, the largest batch size's:
+    :meth:`~autotune.explore._worker_range.WorkerRange.leading_model`) when the bounds
+    measured one (the starts on the fewest threads
     keep their threads), then with the user's own. No workers at the fastest batch size
     and AMP is also tried on every thread, when the fastest ceiling had fewer: without
     workers the training has the CPUs to itself, and ceilings of two thread counts are
@@ -385,6 +387,12 @@ def warm_starts(
 
 
 # --------------------------------------------------------------------- helpers
+def _leading_model(bounds: Bounds | None, worker_range: WorkerRange | None) -> Settings | None:
+    if bounds is None:
+        return None
+    return worker_range.leading_model(bounds) if worker_range else bounds.fastest_model()
+
+
 def _source(workload: Workload) -> WorkloadSource:
     if workload.config_path is not None:
         return WorkloadSource(config_path=workload.config_path)
