@@ -84,7 +84,7 @@ def test_the_fastest_compute_ceiling_leads_and_the_starts_on_one_thread_keep_it(
     host = machine(2)
     space = build_space({}, host, 32)
     fastest = Settings(batch_size=64, num_workers=0, threads=2)
-    starts = described(warm_starts(space, host, 32, fastest_model=fastest, wide_workers=8))
+    starts = described(warm_starts(space, host, 32, leading_model=fastest, wide_workers=8))
     assert starts == [
         "workers=2 prefetch=2 persistent=yes batch=64 threads=2 worker_threads=1",
         "workers=8 prefetch=2 persistent=yes batch=64 threads=2 worker_threads=1",
@@ -102,7 +102,7 @@ def test_the_fastest_compute_ceiling_leads_and_the_starts_on_one_thread_keep_it(
 def test_every_start_lies_in_the_space_and_none_twice() -> None:
     host = machine(2)
     space = build_space({"num_workers": {"low": 0, "high": 1}, "batch_size": 32}, host, 32)
-    starts = warm_starts(space, host, 32, fastest_model=Settings(batch_size=32, threads=1))
+    starts = warm_starts(space, host, 32, leading_model=Settings(batch_size=32, threads=1))
     assert all(space.contains(s) for s in starts)
     assert len({s.key() for s in starts}) == len(starts)
 
@@ -114,7 +114,7 @@ def test_no_workers_at_the_fastest_batch_also_trains_on_every_thread() -> None:
     host = machine(2)
     space = build_space({}, host, 32)
     fastest = Settings(batch_size=64, num_workers=0, threads=1)
-    assert described(warm_starts(space, host, 32, fastest_model=fastest)) == [
+    assert described(warm_starts(space, host, 32, leading_model=fastest)) == [
         "workers=2 prefetch=2 persistent=yes batch=64 threads=1 worker_threads=1",
         "workers=1 prefetch=2 persistent=yes batch=64 threads=1 worker_threads=1",
         "workers=0 batch=64 threads=1",
@@ -132,7 +132,7 @@ def test_the_loaders_best_comes_after_the_rule_of_thumb_on_the_fewest_threads() 
     host = machine(2)
     space = build_space({}, host, 64)
     fastest = Settings(batch_size=128, num_workers=0, threads=2)
-    starts = described(warm_starts(space, host, 64, fastest_model=fastest, loader_workers=8))
+    starts = described(warm_starts(space, host, 64, leading_model=fastest, loader_workers=8))
     assert starts[:5] == [
         "workers=2 prefetch=2 persistent=yes batch=128 threads=2 worker_threads=1",
         "workers=8 prefetch=2 persistent=yes batch=128 threads=1 worker_threads=1",

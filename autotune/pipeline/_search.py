@@ -196,7 +196,7 @@ def _run_stages(
             machine,
             workload.batch_size,
             cpus=placement.rank_cpus,
-            fastest_model=_leading_model(bounds, worker_range),
+            leading_model=_leading_model(bounds, worker_range),
             wide_workers=worker_range.widened() if worker_range is not None else None,
             loader_workers=worker_range.fastest() if worker_range is not None else None,
         ),
@@ -304,7 +304,7 @@ def warm_starts(
     batch_size: int,
     *,
     cpus: int | None = None,
-    fastest_model: Settings | None = None,
+    leading_model: Settings | None = None,
     wide_workers: int | None = None,
     loader_workers: int | None = None,
 ) -> tuple[Settings, ...]:
@@ -317,8 +317,8 @@ def warm_starts(
     threads; the CPUs split between training and loading
     (the fewest training threads, a worker on each CPU they leave: workers and training
     threads share the cores, which the rule of thumb oversubscribes); no workers. Each
-    comes with the batch size, AMP and threads of the fastest compute ceiling
-    (``fastest_model``; where the loader bounds the training, the largest batch size's:
+    comes with the batch size, AMP and threads of ``leading_model``, the fastest compute
+    ceiling (where the loader bounds the training, the largest batch size's:
     :meth:`~autotune.explore._worker_range.WorkerRange.leading_model`) when the bounds
     measured one (the starts on the fewest threads
     keep their threads), then with the user's own. No workers at the fastest batch size
@@ -368,20 +368,20 @@ def warm_starts(
         own_threads.append(split)
         starts.append(split)
     starts.append(no_workers)
-    if fastest_model is not None:
-        fastest = [
+    if leading_model is not None:
+        leading = [
             dataclasses.replace(
                 s,
-                batch_size=fastest_model.batch_size,
-                amp=fastest_model.amp,
-                threads=s.threads if any(s is o for o in own_threads) else fastest_model.threads,
+                batch_size=leading_model.batch_size,
+                amp=leading_model.amp,
+                threads=s.threads if any(s is o for o in own_threads) else leading_model.threads,
             )
             for s in starts
         ]
         alone = dataclasses.replace(
-            no_workers, batch_size=fastest_model.batch_size, amp=fastest_model.amp
+            no_workers, batch_size=leading_model.batch_size, amp=leading_model.amp
         )
-        starts = [*fastest, alone, *starts]
+        starts = [*leading, alone, *starts]
     snapped = (space.snap(s) for s in starts)
     return tuple({s.key(): s for s in snapped}.values())
 
