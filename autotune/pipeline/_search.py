@@ -321,8 +321,8 @@ def warm_starts(
     ceiling (where the loader bounds the training, the largest batch size's:
     :meth:`~autotune.explore._worker_range.WorkerRange.leading_model`) when the bounds
     measured one (the starts on the fewest threads
-    keep their threads), then with the user's own. No workers at the fastest batch size
-    and AMP is also tried on every thread, when the fastest ceiling had fewer: without
+    keep their threads), then with the user's own. No workers at the leading batch size
+    and AMP is also tried on every thread, when the leading model had fewer: without
     workers the training has the CPUs to itself, and ceilings of two thread counts are
     often within each other's noise, so the one measured fastest may not be.
 
@@ -350,7 +350,7 @@ def warm_starts(
     starts = [rule_of_thumb]
     if wide_workers is not None:
         starts.append(dataclasses.replace(rule_of_thumb, num_workers=wide_workers))
-    own_threads = []  # the starts that keep their threads at the fastest batch size
+    own_threads = []  # the starts that keep their threads at the leading batch size
     if loader_workers is not None and loader_workers > 0:
         loaded = dataclasses.replace(
             rule_of_thumb, num_workers=loader_workers, threads=min(threads) if threads else None
