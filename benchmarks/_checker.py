@@ -424,7 +424,6 @@ def timed_loop(
     non_blocking: bool,
     default_n: int,
     queued: int = 0,
-    cycle: int = 1,
 ) -> float:
     """Warm up, then time ``plan.steps`` steps (or ``plan.seconds``); returns samples/s.
 
@@ -433,38 +432,126 @@ def timed_loop(
     before the clock starts. Timed, that backlog reads as a loader faster than it is (16
     workers of a CPU-bound loader on 2 CPUs hand over ~16 batches at once).
 
-    Timed by ``plan.seconds``, the timed part ends on a whole number of ``cycle`` steps
-    (the workers take batches in turn, ``num_workers`` to a turn): workers that share
-    few CPUs finish their batches together, so batches arrive in bursts a turn apart,
-    and a span that ends mid-turn reads one burst too many or too few.
-
-    The timed part covers what a training loop does: wait for the batch, copy it to
-    the device, train on it.
+    Timed by ``plan.seconds``: see :func:`_time_span`. The timed part covers what a
+    training loop does: wait for the batch, copy it to the device, train on it.
     """
     clock = time.perf_counter
     batch = next(batches)  # start-up (workers starting, the first batch): not warm-up
     began = clock()
-    warm_steps = 0
+    steps = 0
+    longest = 0.0
     while True:
         train(to_device(batch, device, non_blocking))
-        warm_steps += 1
-        if clock() - began >= plan.warmup and warm_steps > queued:
+        steps += 1
+        if clock() - began >= plan.warmup and steps > queued:
             break
-        batch = next(batches)
+        batch, waited, _ = _fetch(batches)
+        longest = max(longest, waited)
     synchronize(device)
-    samples = steps = 0
+    if plan.steps is not None:
+        return _time_steps(batches, train, plan.steps, device, non_blocking, default_n)
+    return _time_span(
+        batches,
+        train,
+        plan.seconds,
+        longest,
+        device=device,
+        non_blocking=non_blocking,
+        default_n=default_n,
+    )
+
+
+GAP_SHARE = 0.03
+"""A wait for a batch shorter than this share of the timed span cannot move its figure
+by more than that share, wherever the span starts or ends."""
+DRY_LIMIT_S = 20.0
+"""How long past its seconds the timed part waits for a second gap to end on."""
+
+
+def _time_span(
+    batches: Iterator[Any],
+    train: Callable[[Any], None],
+    seconds: float,
+    longest: float,
+    *,
+    device: torch.device,
+    non_blocking: bool,
+    default_n: int,
+) -> float:
+    """samples/s over ``seconds`` or more, starting and ending at the same point of the
+    loader's rhythm.
+
+    Workers that share few CPUs finish their batches together, so batches come in
+    bursts with the loop idle between them (seen: 16 workers of a heavy loader on 2
+    CPUs, ~5 s of training, then ~2.5 s of waiting, over and over). A span that starts or
+    ends inside a burst counts the burst and not the gap, or the gap and not the burst:
+    1.5 s read that loader at 1.6 times what 7 s read. So when the longest wait seen (in
+    the warm-up, ``longest``, or since) is over :data:`GAP_SHARE` of the span, the
+    figure runs from the end of one gap to the end of another at least ``seconds``
+    later: from the arrival of a batch the loop waited for at least half the longest
+    wait to the arrival of another such (not counted), timing on until there are two
+    (for at most :data:`DRY_LIMIT_S` more, then over the whole span). Otherwise no
+    wait was long enough to matter, and it runs from before the first batch to the end
+    of the step that ends ``seconds``.
+    """
+    clock = time.perf_counter
+    arrivals: list[float] = []
+    waits: list[float] = []
+    counted: list[int] = []  # samples trained before each batch
+    ends: list[int] = []  # the batches that came at the end of a gap
+    samples = 0
     start = clock()
     while True:
-        batch = next(batches)
+        batch, waited, came = _fetch(batches)
+        arrivals.append(came)
+        waits.append(waited)
+        counted.append(samples)
+        if waited > longest:
+            longest = waited
+            ends = [index for index, wait in enumerate(waits) if wait >= longest / 2]
+        elif waited >= longest / 2:
+            ends.append(len(waits) - 1)
         train(to_device(batch, device, non_blocking))
         samples += batch_samples(batch) or default_n
-        steps += 1
-        if plan.steps is not None and steps >= plan.steps:
+        span = clock() - start
+        if span < seconds:
+            continue
+        if longest < GAP_SHARE * span:
             break
-        if plan.steps is None and clock() - start >= plan.seconds and steps % cycle == 0:
+        first, last = (ends[0], ends[-1]) if ends else (0, 0)
+        if arrivals[last] - arrivals[first] >= seconds:
+            return (counted[last] - counted[first]) / (arrivals[last] - arrivals[first])
+        if span >= seconds + DRY_LIMIT_S:
             break
     synchronize(device)
     return samples / (clock() - start)
+
+
+def _fetch(batches: Iterator[Any]) -> tuple[Any, float, float]:
+    """The next batch, how long the loop waited for it, and when it came."""
+    asked = time.perf_counter()
+    batch = next(batches)
+    came = time.perf_counter()
+    return batch, came - asked, came
+
+
+def _time_steps(
+    batches: Iterator[Any],
+    train: Callable[[Any], None],
+    steps: int,
+    device: torch.device,
+    non_blocking: bool,
+    default_n: int,
+) -> float:
+    """samples/s over ``steps`` steps, from before the first batch to after the last."""
+    samples = 0
+    start = time.perf_counter()
+    for _ in range(steps):
+        batch = next(batches)
+        train(to_device(batch, device, non_blocking))
+        samples += batch_samples(batch) or default_n
+    synchronize(device)
+    return samples / (time.perf_counter() - start)
 
 
 def run_plan(plan: Plan) -> float:
@@ -496,7 +583,6 @@ def run_plan(plan: Plan) -> float:
             non_blocking=settings.pin_memory and device.type == "cuda",
             default_n=settings.batch_size,
             queued=settings.batches_ahead * settings.echo,  # echo trains each one echo times
-            cycle=max(settings.num_workers, 1) * settings.echo,
         )
     finally:
         # Workers stop when their iterator goes (the parent kills any that linger).

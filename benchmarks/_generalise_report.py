@@ -42,7 +42,8 @@ How to read it. Each workload was searched {searches} as a user runs it
 checker (`benchmarks/_checker.py`, which imports nothing of the probe or the search)
 then measured, in one interleaved set of {options["rounds"]} rounds of {options["seconds"]:g} s
 after {options["warmup"]:g} s of warm-up (and at least the batches the workers queued
-while starting; the seconds end on a whole turn of the workers), the grid
+while starting; where batches came in bursts, from the end of one wait for them to
+the end of another at least that long after), the grid
 (num_workers {_values(grid["num_workers"])}
 × training threads {_values(grid["threads"])} × persistent_workers
 {_values(grid["persistent_workers"])}, persistence only with workers, prefetch_factor at

@@ -271,25 +271,49 @@ def test_the_warm_up_trains_on_the_batches_the_workers_queued_before_timing(
     assert clock.timed(loader(), plan, queued=16) == pytest.approx(4 * 4 / 4.4)  # the loader
 
 
-def test_the_timed_part_ends_on_a_whole_turn_of_the_workers(
+def test_the_timed_part_runs_from_the_end_of_a_gap_to_the_end_of_a_gap(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # 4 workers on few CPUs finish their batches together: 4 batches every second; a
-    # step trains for 0.1 s, so the loader sets the pace: 16 samples/s. A timed part that
-    # ends mid-turn (here after 5 steps in 1.1 s) reads 18.2.
+    # 4 workers that share few CPUs, 2 batches ahead each: 8 batches come at once every
+    # 2 s, and a step trains for 0.1 s, so the loop trains for 0.8 s and then waits 1.2 s:
+    # 8 * 4 samples / 2 s = 16 samples/s. Timed from where the warm-up ends (a batch
+    # into a burst) for a whole turn of the workers (4 steps), it would read the burst
+    # alone: 40 samples/s.
     clock = FakeClock(monkeypatch)
 
     def loader() -> Any:
-        turn = 0
+        burst = 0
         while True:
-            turn += 1
-            clock.now = max(clock.now, float(turn))
-            for _ in range(4):
+            burst += 1
+            clock.now = max(clock.now, 2.0 * burst)
+            for _ in range(8):
                 yield torch.zeros(4, 1)
 
-    plan = _checker.Plan(config="x", settings={}, seconds=1.05, warmup=0.0)
-    assert clock.timed(loader(), plan, cycle=1) == pytest.approx(5 * 4 / 1.1)
-    assert clock.timed(loader(), plan, cycle=4) == pytest.approx(16.0)
+    plan = _checker.Plan(config="x", settings={}, seconds=0.35, warmup=0.5)
+    assert clock.timed(loader(), plan, queued=8) == pytest.approx(16.0)
+    plan = _checker.Plan(config="x", settings={}, seconds=2.5, warmup=0.5)
+    assert clock.timed(loader(), plan, queued=8) == pytest.approx(16.0)
+
+
+def test_a_gap_that_does_not_come_again_costs_time_not_truth(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # One gap of 1 s in the warm-up, then batches always ready: the training sets the
+    # pace (a step, 0.1 s, 4 samples: 40 samples/s). The timed part waits for a gap to
+    # end on for DRY_LIMIT_S past its seconds, then reads its whole span.
+    clock = FakeClock(monkeypatch)
+    monkeypatch.setattr(_checker, "DRY_LIMIT_S", 2.0)
+
+    def loader() -> Any:
+        for _ in range(3):
+            yield torch.zeros(4, 1)
+        clock.now += 1.0
+        while True:
+            yield torch.zeros(4, 1)
+
+    plan = _checker.Plan(config="x", settings={}, seconds=1.0, warmup=0.5)
+    assert clock.timed(loader(), plan, queued=2) == pytest.approx(40.0)
+    assert clock.now == pytest.approx(1.4 + 1.0 + 2.0, abs=0.15)  # warm-up ends at 1.4 s
 
 
 def test_a_zygote_that_cannot_start_says_why(tmp_path: Path) -> None:

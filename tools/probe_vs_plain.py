@@ -132,7 +132,6 @@ def _plain_timing(
         non_blocking=False,
         default_n=full,
         queued=pace.queued,
-        cycle=pace.turn,
     )
     pace.send(("rate", rate))
 
