@@ -3,6 +3,7 @@ nothing left behind, and the default step a config without ``step`` or ``loss`` 
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -293,6 +294,25 @@ def test_the_timed_part_runs_from_the_end_of_a_gap_to_the_end_of_a_gap(
     assert clock.timed(loader(), plan, queued=8) == pytest.approx(16.0)
     plan = _checker.Plan(config="x", settings={}, seconds=2.5, warmup=0.5)
     assert clock.timed(loader(), plan, queued=8) == pytest.approx(16.0)
+
+
+def test_a_burst_that_comes_as_the_warm_up_ends_is_timed_with_the_gap_after_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 8 batches wait at start-up and the next 8 are ready as the warm-up trains the
+    # last of them, so the warm-up waits for none; then 8 come every 2.2 s. A step trains
+    # for 0.1 s: 8 * 4 samples / 2.2 s = 14.5 samples/s. 0.5 s of the second burst alone
+    # would read 40.
+    clock = FakeClock(monkeypatch)
+
+    def loader() -> Any:
+        for ready in itertools.chain([0.0, 0.8], itertools.count(3.0, 2.2)):
+            clock.now = max(clock.now, ready)
+            for _ in range(8):
+                yield torch.zeros(4, 1)
+
+    plan = _checker.Plan(config="x", settings={}, seconds=0.5, warmup=0.5)
+    assert clock.timed(loader(), plan, queued=8) == pytest.approx(8 * 4 / 2.2)
 
 
 def test_a_gap_that_does_not_come_again_costs_time_not_truth(
