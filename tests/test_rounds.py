@@ -15,11 +15,14 @@ from autotune.decide._rounds import (
     extended,
     gather,
     interleaved,
+    paired,
     relative_spread,
+    round_by_round,
     round_length,
     round_noise,
     runoff_verdict,
     side_by_side,
+    unbeaten,
     verdict,
 )
 from autotune.probe import Figures, Measurement, Window
@@ -454,3 +457,57 @@ def test_the_runoff_verdict_compares_through_the_default_beside_each() -> None:
     slowed = measured(workers(1), 75, 75, 75, beside=(50.0, 50.0, 50.0))
     ahead = against(base, workers(8), 145, 145, 145)
     assert runoff_verdict([ahead, slowed], base, tolerance=0.03, user_batch=32) is slowed
+
+
+def test_finalists_are_compared_round_by_round_not_by_their_medians() -> None:
+    # png-folder seed 3 at af1cbe0, its six rounds: the machine moved the default by 12%
+    # between rounds; batch 64 and the user's batch 32 were measured side by side in each.
+    base = default(900, 830, 840, 820, 880, 800)
+    speedups_64 = (1.48, 1.66, 1.55, 1.50, 1.51, 1.79)
+    speedups_32 = (1.33, 1.63, 1.57, 1.50, 1.28, 1.53)
+    wide = Settings(batch_size=64, num_workers=2, prefetch_factor=2)
+    at_64 = against(base, wide, *(d * x for d, x in zip(base.rates, speedups_64, strict=True)))
+    at_32 = against(
+        base, workers(2), *(d * x for d, x in zip(base.rates, speedups_32, strict=True))
+    )
+    # By the medians of their speedups the two are within 1% (1.530x and 1.515x) ...
+    figures = side_by_side([at_64, at_32], base)
+    assert figures[1].samples_per_s / figures[0].samples_per_s == pytest.approx(0.990, abs=1e-3)
+    # ... round by round the user's batch trails by a median of 6%: batch 64 is chosen.
+    assert paired(at_32, at_64) == pytest.approx(0.9405, abs=1e-3)
+    assert paired(at_64, at_32) == pytest.approx(1.0656, abs=1e-3)  # an even count's median
+    assert verdict([at_64, at_32], base, band=0.03, tolerance=0.03, user_batch=32) is at_64
+    assert runoff_verdict([at_32, at_64], base, tolerance=0.03, user_batch=32) is at_64
+    # A tolerance wider than that trail gives the user's batch back.
+    assert verdict([at_64, at_32], base, band=0.03, tolerance=0.07, user_batch=32) is at_32
+    assert runoff_verdict([at_64, at_32], base, tolerance=0.07, user_batch=32) is at_32
+
+
+def test_a_round_by_round_figure_is_the_speedup_or_without_a_default_the_rate() -> None:
+    beside = measured(workers(2), 200, None, 300, 90, beside=(100, 100, None, 0))
+    assert round_by_round(beside) == (2.0, None, None, None)
+    assert round_by_round(measured(workers(2), 200, None)) == (200, None)
+    # Only rounds where both have a figure are paired; none in common: no ratio.
+    other = measured(workers(4), 100, 100, 100, 100, beside=(100, 100, 100, 100))
+    assert paired(beside, other) == 2.0
+    # Beside the default against alone: their samples/s, not a speedup against a rate.
+    assert paired(beside, measured(workers(4), 400, 400, 600)) == pytest.approx(0.5)
+    assert round_by_round(beside, speedups=False) == (200, None, 300, 90)
+    assert paired(measured(workers(1), 50, None), measured(workers(4), None, 10)) is None
+
+
+def test_where_every_finalist_trails_another_the_fastest_side_by_side_is_chosen() -> None:
+    # Three configs that beat one another in a circle, round by round: one beats two,
+    # two beats four, four beats one, each by a median of 43-50%.
+    base = default(100, 100, 100)
+    one = against(base, workers(1), 300, 100, 200)
+    two = against(base, workers(2), 200, 300, 100)
+    four = against(base, workers(4), 100, 210, 300)
+    assert paired(one, two) == pytest.approx(1.5)
+    assert paired(two, four) == pytest.approx(300 / 210)
+    assert paired(four, one) == pytest.approx(1.5)
+    # None is unbeaten: the fastest side by side (its median speedup 2.1x) is chosen,
+    # not the cheapest.
+    assert unbeaten([one, two, four], base, tolerance=0.03, user_batch=32) is four
+    with pytest.raises(ValueError, match="no config"):
+        unbeaten([], base, tolerance=0.03, user_batch=32)

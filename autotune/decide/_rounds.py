@@ -27,15 +27,16 @@ Pure functions over the rounds' figures, so the rule is testable alone:
   prints a prediction interval from them (:mod:`autotune.result._predict`);
 - the default loader wins unless a finalist's speedup is beyond the band, and it was
   faster in every round (a config that lost one round to the default beside it has not
-  shown that it is faster); among those that do, the cheapest within the tolerance of
-  the fastest is chosen. The speedup judged is the one printed.
+  shown that it is faster); among those that do, the cheapest that no other trails by
+  more than the tolerance, round by round (:func:`unbeaten`), is chosen. The speedup
+  judged is the one printed.
 
 - a runoff settles what the rounds left open (:func:`contested`): where the noise is
   wider than the tolerance, the finalists that beat the default within that noise of the
   fastest (up to :data:`RUNOFF`) are measured in more rounds beside the default, and the
-  cheapest within the tolerance of the fastest over all their rounds is chosen
-  (:func:`runoff_verdict`). Whether a finalist beats the default stays the first rounds'
-  verdict: the runoff only orders the configs that did.
+  cheapest that no other trails by more than the tolerance over all their rounds is
+  chosen (:func:`runoff_verdict`). Whether a finalist beats the default stays the first
+  rounds' verdict: the runoff only orders the configs that did.
 
 Why the band guards the default and the tolerance picks among the finalists: the band
 answers "is it faster at all?", where being wrong sells a slowdown; among configs that
@@ -44,6 +45,16 @@ time (tiny-model at 926df22: noise 3-8%, three choices with fewer workers or a s
 batch than the leader, 0.88-0.94 of the plain loop's best). Within the noise, the
 fastest median is the better bet for speed; the tolerance still lets a cheaper config
 win where the two measure alike.
+
+Why finalists are compared round by round: a round's configs share the machine's state
+of that round, its rounds do not (the default loader read 738-979 samples/s over six
+rounds of one search). Two configs' medians, each taken over rounds, carry that
+between-round spread into their ratio; the ratio of their speedups within each round
+does not, and its median over the rounds is what decides whether one trails the other
+(png-folder seed 3 at af1cbe0: 2 workers at batch 64 over the same at the user's batch
+32 read 1.53x against 1.52x of the default by medians, within the 3% tolerance, so the
+user's batch was chosen; round by round the batch-64 loader was ahead by a median of
+6.5%, and the plain loop read it 4% ahead).
 
 Why a runoff: three rounds of 2 shared CPUs move a config's figure by 10-30%, so the
 fastest median of three can be the slower config (dict-batches seed 1 at b4d67da chose
@@ -59,8 +70,9 @@ import dataclasses
 import math
 import statistics
 from collections.abc import Sequence
+from itertools import zip_longest
 
-from autotune.decide._choose import Candidate, cheapest_within
+from autotune.decide._choose import Candidate, cost
 from autotune.probe import Measurement
 from autotune.settings._settings import Settings
 
@@ -233,8 +245,8 @@ def verdict(
     user_batch: int,
 ) -> Rounds:
     """The config to recommend: the default unless a finalist beats it beyond ``band``
-    (:func:`beats_default`); otherwise the cheapest of those within ``tolerance`` of the
-    fastest, side by side (:func:`side_by_side`).
+    (:func:`beats_default`); otherwise the cheapest of those that no other trails by more
+    than ``tolerance`` round by round (:func:`unbeaten`).
 
     Only complete configs count (a failed round's figures are never used).
 
@@ -247,14 +259,11 @@ def verdict(
         if kept is not None:
             return kept
         raise ValueError("no config was measured in every round")
-    near = side_by_side(complete, default)
     if kept is not None:
-        by_settings = {r.settings.key(): r for r in complete}
-        near = [c for c in near if beats_default(by_settings[c.settings.key()], band)]
-        if not near:
+        complete = [r for r in complete if beats_default(r, band)]
+        if not complete:
             return kept
-    pick = cheapest_within(near, tolerance, user_batch=user_batch)
-    return _rounds_of(complete, pick.settings)
+    return unbeaten(complete, default, tolerance=tolerance, user_batch=user_batch)
 
 
 def beats_default(chosen: Rounds, band: float) -> bool:
@@ -326,13 +335,79 @@ def extended(first: Rounds, more: Rounds) -> Rounds:
 def runoff_verdict(
     contenders: Sequence[Rounds], default: Rounds | None, *, tolerance: float, user_batch: int
 ) -> Rounds | None:
-    """The cheapest of ``contenders`` within ``tolerance`` of the fastest, side by side
-    over all their rounds; None when none was measured in every round."""
+    """The cheapest of ``contenders`` that no other trails by more than ``tolerance`` over
+    all their rounds (:func:`unbeaten`); None when none was measured in every round."""
     complete = [r for r in contenders if r.complete]
     if not complete:
         return None
-    pick = cheapest_within(side_by_side(complete, default), tolerance, user_batch=user_batch)
-    return _rounds_of(complete, pick.settings)
+    return unbeaten(complete, default, tolerance=tolerance, user_batch=user_batch)
+
+
+def round_by_round(config: Rounds, *, speedups: bool = True) -> tuple[float | None, ...]:
+    """``config``'s figure of each round, None where it measured nothing: its speedup over
+    the default beside it (None where the default measured nothing there), or with
+    ``speedups`` false or no default beside it at all, its samples/s."""
+    if not speedups or not config.beside:
+        return tuple(m.samples_per_s if m is not None else None for m in config.measurements)
+    return tuple(
+        m.samples_per_s / d if m is not None and d is not None and d > 0 else None
+        for m, d in zip_longest(config.measurements, config.beside)
+    )
+
+
+def paired(config: Rounds, other: Rounds) -> float | None:
+    """How fast ``config`` trains against ``other``: the median, over the rounds where both
+    have a figure (:func:`round_by_round`), of the ratio of the two; their speedups where
+    both were measured beside the default, else their samples/s. None where no round has
+    both."""
+    speedups = bool(config.beside) and bool(other.beside)
+    ratios = [
+        mine / theirs
+        for mine, theirs in zip(
+            round_by_round(config, speedups=speedups),
+            round_by_round(other, speedups=speedups),
+            strict=False,
+        )
+        if mine is not None and theirs is not None and theirs > 0
+    ]
+    return statistics.median(ratios) if ratios else None
+
+
+def unbeaten(
+    configs: Sequence[Rounds], default: Rounds | None, *, tolerance: float, user_batch: int
+) -> Rounds:
+    """The cheapest of ``configs`` that trails none of the others by more than
+    ``tolerance``, round by round (:func:`paired` at ``1 - tolerance`` or above against
+    each other config it shares a round with); ties go to the faster side by side
+    (:func:`side_by_side`). Where every config trails another (an order that goes round
+    in a circle), the fastest side by side.
+
+    Raises:
+        ValueError: no config.
+    """
+    if not configs:
+        raise ValueError("no config to choose from")
+    figures = side_by_side(configs, default)
+    fastest = max(figures, key=lambda c: c.samples_per_s) if figures else None
+    eligible = [
+        config
+        for config in configs
+        if all(
+            ratio is None or ratio >= 1.0 - tolerance
+            for other in configs
+            if other is not config
+            for ratio in [paired(config, other)]
+        )
+    ]
+    if not eligible:
+        if fastest is None:
+            raise ValueError("no config was measured in every round")
+        return _rounds_of(configs, fastest.settings)
+    speed = {c.settings.key(): c.samples_per_s for c in figures}
+    return min(
+        eligible,
+        key=lambda r: (cost(r.settings, user_batch), -speed.get(r.settings.key(), r.median)),
+    )
 
 
 def _rounds_of(rounds: Sequence[Rounds], settings: Settings) -> Rounds:
