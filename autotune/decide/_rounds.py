@@ -100,14 +100,21 @@ class Rounds:
         return tuple(m.samples_per_s for m in self.measurements if m is not None)
 
     @property
+    def round_speedups(self) -> tuple[float | None, ...]:
+        """This config over the default measured beside it in each round, None where
+        either measured nothing; empty when never measured beside the default."""
+        if not self.beside:
+            return ()
+        return tuple(
+            m.samples_per_s / d if m is not None and d is not None and d > 0 else None
+            for m, d in zip_longest(self.measurements, self.beside)
+        )
+
+    @property
     def speedups(self) -> tuple[float, ...]:
         """This config over the default measured beside it, in each round that measured
         both: the speedup, round by round."""
-        return tuple(
-            m.samples_per_s / d
-            for m, d in zip(self.measurements, self.beside, strict=False)
-            if m is not None and d is not None and d > 0
-        )
+        return tuple(s for s in self.round_speedups if s is not None)
 
     @property
     def median(self) -> float:
@@ -349,10 +356,7 @@ def round_by_round(config: Rounds, *, speedups: bool = True) -> tuple[float | No
     ``speedups`` false or no default beside it at all, its samples/s."""
     if not speedups or not config.beside:
         return tuple(m.samples_per_s if m is not None else None for m in config.measurements)
-    return tuple(
-        m.samples_per_s / d if m is not None and d is not None and d > 0 else None
-        for m, d in zip_longest(config.measurements, config.beside)
-    )
+    return config.round_speedups
 
 
 def paired(config: Rounds, other: Rounds) -> float | None:
