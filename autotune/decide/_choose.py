@@ -93,7 +93,18 @@ def cheapest_within(
     eligible = within(candidates, tolerance)
     if not eligible:
         raise ValueError("no candidates to choose from")
-    return min(eligible, key=lambda c: (cost(c.settings, user_batch), -c.samples_per_s))
+    return cheapest(eligible, user_batch=user_batch)
+
+
+def cheapest(candidates: Sequence[Candidate], *, user_batch: int) -> Candidate:
+    """The cheapest of ``candidates`` (:func:`cost`); ties go to the faster.
+
+    Raises:
+        ValueError: no candidates.
+    """
+    if not candidates:
+        raise ValueError("no candidates to choose from")
+    return min(candidates, key=lambda c: (cost(c.settings, user_batch), -c.samples_per_s))
 
 
 def finalists(

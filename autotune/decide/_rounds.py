@@ -72,7 +72,7 @@ import statistics
 from collections.abc import Sequence
 from itertools import zip_longest
 
-from autotune.decide._choose import Candidate, cost
+from autotune.decide._choose import Candidate, cheapest
 from autotune.probe import Measurement
 from autotune.settings._settings import Settings
 
@@ -384,10 +384,11 @@ def unbeaten(
     ``tolerance``, round by round (:func:`paired` at ``1 - tolerance`` or above against
     each other config it shares a round with); ties go to the faster side by side
     (:func:`side_by_side`). Where every config trails another (an order that goes round
-    in a circle), the fastest side by side.
+    in a circle), the fastest side by side. Only complete configs are chosen (their
+    figures side by side are what orders them).
 
     Raises:
-        ValueError: no config.
+        ValueError: no config, or none measured in every round.
     """
     if not configs:
         raise ValueError("no config to choose from")
@@ -407,11 +408,9 @@ def unbeaten(
         if fastest is None:
             raise ValueError("no config was measured in every round")
         return _rounds_of(configs, fastest.settings)
-    speed = {c.settings.key(): c.samples_per_s for c in figures}
-    return min(
-        eligible,
-        key=lambda r: (cost(r.settings, user_batch), -speed.get(r.settings.key(), r.median)),
-    )
+    keys = {r.settings.key() for r in eligible}
+    pick = cheapest([c for c in figures if c.settings.key() in keys], user_batch=user_batch)
+    return _rounds_of(configs, pick.settings)
 
 
 def _rounds_of(rounds: Sequence[Rounds], settings: Settings) -> Rounds:
