@@ -90,10 +90,7 @@ def cheapest_within(
     Raises:
         ValueError: no candidates.
     """
-    eligible = within(candidates, tolerance)
-    if not eligible:
-        raise ValueError("no candidates to choose from")
-    return cheapest(eligible, user_batch=user_batch)
+    return cheapest(within(candidates, tolerance), user_batch=user_batch)
 
 
 def cheapest(candidates: Sequence[Candidate], *, user_batch: int) -> Candidate:
