@@ -264,6 +264,32 @@ class BigItemsDataset(SleepyDataset):
         return torch.zeros(self.kib * 256), index % CLASSES
 
 
+class HalfMadeShmDataset(SleepyDataset):
+    """In a worker, each item leaves a batch file in ``directory`` named as torch names
+    those in /dev/shm (after the worker's pid): half-made, its size set and none of its
+    memory allocated, as when /dev/shm is full (or whole, when ``allocated``). Then the
+    worker hangs (``then="hang"``: a batch it could not hand over, that the loader waits
+    for) or dies (``then="exit"``)."""
+
+    def __init__(self, directory: str, then: str, *, allocated: bool = False) -> None:
+        super().__init__(64)
+        self.directory = directory
+        self.then = then
+        self.allocated = allocated
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        if torch.utils.data.get_worker_info() is None:
+            return super().__getitem__(index)
+        with open(os.path.join(self.directory, f"torch_{os.getpid()}_{index}_0"), "wb") as file:
+            if self.allocated:
+                file.write(os.urandom(2**16))
+            else:
+                file.truncate(2**16)
+        if self.then == "hang":
+            time.sleep(3600)
+        os._exit(1)
+
+
 def corrupt_in_workers_dataset() -> Dataset:
     return CorruptInWorkersDataset(length=256)
 

@@ -4,10 +4,11 @@ model, the batches across epochs, the threads; shared by a probe alone and each 
 from __future__ import annotations
 
 import itertools
+import multiprocessing
 import os
 import pickle
 import random
-from collections.abc import Iterator, Sized
+from collections.abc import Callable, Iterator, Sized
 from typing import Any
 
 import numpy as np
@@ -69,6 +70,8 @@ class BatchStream:
         counts: the samples of each batch, from the loader's sampler (:func:`sampler_counts`);
             None: read from each batch's tensors (:func:`batch_length`), else ``default_n``.
         default_n: the samples of a batch whose tensors do not tell.
+        on_workers: told this process's children (the loader's workers among them) at
+            the start of each epoch; None: not told.
     """
 
     def __init__(
@@ -78,11 +81,13 @@ class BatchStream:
         *,
         counts: SamplerCounts | None = None,
         default_n: int = 1,
+        on_workers: Callable[[list[int]], None] | None = None,
     ) -> None:
         self.loader = loader
         self.piece = piece
         self.counts = counts
         self.default_n = default_n
+        self.on_workers = on_workers
         self.iterator: Any = None
         self.sizes: Iterator[int] = iter(())
         self.epochs = 0
@@ -108,10 +113,29 @@ class BatchStream:
         """A new epoch: a new iterator, and the sampler's counts from its start."""
         self.iterator = iter(self.loader)
         self.sizes = self.counts.epoch() if self.counts else iter(())
+        if self.on_workers is not None:
+            # The iterator has started its workers; one may end before the search lists
+            # the probe's processes, and what it leaves in /dev/shm is named by its pid.
+            # (multiprocessing's own list: no scan of /proc at each epoch.)
+            self.on_workers([child.pid for child in multiprocessing.active_children() if child.pid])
 
     def close(self) -> None:
         """End the epoch under way: a non-persistent loader's workers exit now."""
         self.iterator = None
+
+
+def workers_sender(send: Callable[[tuple[str, Any]], None]) -> Callable[[list[int]], None]:
+    """A BatchStream's ``on_workers`` that sends the pids not sent before to the search, as
+    a "workers" event of the probe protocol."""
+    sent: set[int] = set()
+
+    def on_workers(pids: list[int]) -> None:
+        new = [pid for pid in pids if pid not in sent]
+        if new:
+            sent.update(new)
+            send(("workers", new))
+
+    return on_workers
 
 
 def seed(seed: int) -> None:

@@ -7,6 +7,8 @@ builds the workload, and streams figures back per window:
     ("ready", {"startup_s": ...})      the first batch arrived
     ("window", Window)                 one window of steps measured
     ("info", {...})                    what a check probe learned
+    ("workers", [pid, ...])            the probe's children, once an epoch has started
+                                       the loader's workers
     ("done", None)                     finished normally
     ("error", Failure)                 failed, with the reason
 
@@ -41,6 +43,7 @@ from autotune.probe._build import (
     placement,
     sampler_counts,
     seed,
+    workers_sender,
 )
 from autotune.probe._ddp import run_ranks
 from autotune.probe._failure import ReportedFailure, classify
@@ -114,7 +117,7 @@ def _run(request: ProbeRequest, send: Send, stop: threading.Event) -> None:
     workload = materialize(request.source)
     device = torch.device(request.device)
     dataset = make_dataset(workload)
-    stream = _stream(request, workload, dataset)
+    stream = _stream(request, workload, dataset, send)
     non_blocking = settings.pin_memory and device.type == "cuda"
     pace = SoloPace(
         warmup_seconds=request.warmup_seconds,
@@ -162,9 +165,9 @@ def _run(request: ProbeRequest, send: Send, stop: threading.Event) -> None:
     run(stream.next, to_this_device, trainer.step, settings.echo)
 
 
-def _stream(request: ProbeRequest, workload: Workload, dataset: Any) -> BatchStream:
+def _stream(request: ProbeRequest, workload: Workload, dataset: Any, send: Send) -> BatchStream:
     """The config's batches, without echo: the measuring loop echoes, so that it can
-    count fresh samples."""
+    count fresh samples. Its workers' pids go to the search with ``send``."""
     overrides: dict[str, Any] = {}
     if workload.collate_fn is not None:
         overrides["collate_fn"] = workload.collate_fn
@@ -185,6 +188,7 @@ def _stream(request: ProbeRequest, workload: Workload, dataset: Any) -> BatchStr
         loading_piece(workload),
         counts=sampler_counts(loader),
         default_n=loading.batch_size,
+        on_workers=workers_sender(send) if loading.num_workers else None,
     )
 
 

@@ -46,6 +46,7 @@ from autotune.probe._build import (
     placement,
     sampler_counts,
     seed,
+    workers_sender,
 )
 from autotune.probe._failure import ReportedFailure, classify, describe_exit
 from autotune.probe._measure import Send, Tally, Warmth, measure
@@ -114,7 +115,8 @@ def _relay(
     stop: threading.Event,
     halt: Any,
 ) -> None:
-    """Forward rank 0's events; stop at the first failure of any rank."""
+    """Forward rank 0's events, and every rank's workers; stop at the first failure of
+    any rank."""
     open_links = dict(links)
     while open_links:
         if stop.is_set():
@@ -134,7 +136,8 @@ def _relay(
                 raise ReportedFailure(_on_rank(payload, rank))
             if kind == "done":
                 del open_links[link]
-            elif rank == 0:
+            elif rank == 0 or kind == "workers":
+                # Every rank's workers are the search's to clean up after.
                 send((kind, payload))
 
 
@@ -232,6 +235,7 @@ def _train(request: ProbeRequest, rank: int, link: Connection, halt: Any) -> Non
         loading_piece(workload),
         counts=sampler_counts(loader),
         default_n=settings.batch_size,
+        on_workers=workers_sender(link.send) if settings.num_workers else None,
     )
     model = make_model(workload, device)
     ddp_model = DistributedDataParallel(

@@ -24,7 +24,7 @@ import psutil
 from autotune._errors import ConfigError
 from autotune.machine._monitor import Monitor
 from autotune.probe._child import child_main
-from autotune.probe._failure import describe_exit, oom_kills
+from autotune.probe._failure import SHM_HINT, describe_exit, oom_kills
 from autotune.probe._protocol import Failure, Figures, ProbeRequest, ProbeResult, Window
 
 OnWindow = Callable[[Window, Figures], bool]
@@ -33,6 +33,8 @@ the devices); returning False stops the probe (pruned)."""
 
 _GRACE_SECONDS = 5.0
 _SHM_DIR = Path("/dev/shm")
+_SHM_MAY_EXPLAIN = ("timeout", "worker", "crash")
+"""Failures that shared memory running out in a worker can cause without saying so."""
 _POLL_SECONDS = 0.1
 _context: BaseContext | None = None
 # torch._dynamo is imported by the first optimizer a probe builds: 2-3 s a probe unless
@@ -111,6 +113,7 @@ class TreeWatch:
         self.exceeded_at: int | None = None
         self._root = psutil.Process(pid)
         self._seen: dict[int, psutil.Process] = {pid: self._root}
+        self._gone: set[int] = set()  # adopted when already ended
         self._tree: list[psutil.Process] = [self._root]
         self._clock = clock
         self._tree_at: float | None = None
@@ -178,11 +181,23 @@ class TreeWatch:
             for process in current:
                 self._seen.setdefault(process.pid, process)
 
+    def adopt(self, pids: Iterable[int]) -> None:
+        """Count these processes in the tree (a probe's loader workers, told by the probe),
+        also those already gone: what they left in shared memory is theirs."""
+        with self._lock:
+            for pid in pids:
+                if pid in self._seen or pid in self._gone:
+                    continue
+                try:
+                    self._seen[pid] = psutil.Process(pid)
+                except psutil.Error:
+                    self._gone.add(pid)
+
     @property
     def pids(self) -> list[int]:
-        """Every process of the tree ever seen."""
+        """Every process of the tree ever seen or adopted."""
         with self._lock:
-            return list(self._seen)
+            return [*self._seen, *self._gone]
 
     def kill_all(self) -> None:
         """SIGKILL every process of the tree ever seen that is still alive."""
@@ -308,6 +323,7 @@ class _RunningProbe:
             "ready": self._on_ready,
             "window": self._on_window,
             "info": self._on_info,
+            "workers": self._on_workers,
             "done": self._on_done,
             "error": self._on_error,
         }
@@ -343,6 +359,11 @@ class _RunningProbe:
         self.info.update(payload)
         return True
 
+    def _on_workers(self, pids: list[int]) -> bool:
+        """The loader has started its workers: they belong to the probe's tree."""
+        self.watch.adopt(pids)
+        return True
+
     def _on_done(self, payload: None) -> bool:
         """The probe finished; over the memory limit at the end, it still failed."""
         if self.watch.exceeded_at is not None:
@@ -370,10 +391,17 @@ class _RunningProbe:
         return True
 
     def end(self) -> None:
-        """Make sure the probe's processes are gone, and stop watching the machine."""
-        _end(self.process, self.control, self.watch, graceful=self.finished)
+        """Make sure the probe's processes are gone, and stop watching the machine.
+
+        A probe that hung or lost a worker while its workers left batch files half-made
+        in /dev/shm ran out of shared memory: a worker that cannot hand a batch over
+        there may die, or drop the batch and leave the loader waiting for it for ever.
+        """
+        half_made = _end(self.process, self.control, self.watch, graceful=self.finished)
         self.monitor.stop()
         self.events.close()
+        if half_made and self.failure is not None and self.failure.kind in _SHM_MAY_EXPLAIN:
+            self.failure = _out_of_shared_memory(self.failure, half_made)
 
     def figures(self) -> Figures:
         """What the probe measured so far (all of it, once it has ended)."""
@@ -432,9 +460,9 @@ def _send_stop(control: Any) -> None:
         control.send("stop")
 
 
-def _end(process: Any, control: Any, watch: TreeWatch, *, graceful: bool) -> None:
+def _end(process: Any, control: Any, watch: TreeWatch, *, graceful: bool) -> list[str]:
     """Make sure the probe and every process it started are gone, and what they left in
-    shared memory too."""
+    shared memory too; returns the names of the files left there half-made."""
     if graceful:
         process.join(timeout=_GRACE_SECONDS)
     watch.stop()
@@ -449,20 +477,40 @@ def _end(process: Any, control: Any, watch: TreeWatch, *, graceful: bool) -> Non
     watch.kill_all()
     process.join(timeout=_GRACE_SECONDS)
     control.close()
-    _remove_shared_memory(watch.pids)
+    return _remove_shared_memory(watch.pids)
 
 
-def _remove_shared_memory(pids: list[int]) -> None:
-    """Remove the shared-memory files these (ended) processes left behind.
+def _remove_shared_memory(pids: list[int]) -> list[str]:
+    """Remove the shared-memory files these (ended) processes left behind; returns the
+    names of those left half-made.
 
     torch names them after the process that made them (``torch_<pid>_...``) and
     unlinks them at once, except when making one fails half-way (shared memory
-    full): then the file stays, holding on to the very memory that ran out.
+    full): then the file stays, its size set but its memory never allocated (fewer
+    blocks than its size), or holding on to the very memory that ran out.
     """
+    half_made: list[str] = []
     for pid in pids:
         for path in _SHM_DIR.glob(f"torch_{pid}_*"):
             with contextlib.suppress(OSError):
+                stat = path.stat()
+                if stat.st_blocks * 512 < stat.st_size:
+                    half_made.append(path.name)
                 path.unlink()
+    return half_made
+
+
+def _out_of_shared_memory(failure: Failure, half_made: list[str]) -> Failure:
+    """``failure``, explained by the batch files a worker could not allocate in /dev/shm."""
+    files = f"{len(half_made)} batch file{'s' if len(half_made) > 1 else ''}"
+    return dataclasses.replace(
+        failure,
+        kind="shm",
+        message=(
+            f"{failure.message}; a DataLoader worker could not hand its batches over: it left "
+            f"{files} half-made in /dev/shm ({SHM_HINT})"
+        ),
+    )
 
 
 def _over_limit(watch: TreeWatch) -> Failure:
