@@ -7,8 +7,8 @@ builds the workload, and streams figures back per window:
     ("ready", {"startup_s": ...})      the first batch arrived
     ("window", Window)                 one window of steps measured
     ("info", {...})                    what a check probe learned
-    ("workers", [pid, ...])            the probe's children, once an epoch has started
-                                       the loader's workers
+    ("workers", [pid, ...])            the probe's children not named before, once an
+                                       epoch has started the loader's workers
     ("done", None)                     finished normally
     ("error", Failure)                 failed, with the reason
 
