@@ -10,8 +10,57 @@ from conftest import quick
 
 import autotune
 from autotune import Settings
-from autotune.explore._bounds import COMPUTE_CEILINGS, Bounds, compute_configs, compute_key
+from autotune.explore import _bounds
+from autotune.explore._bounds import (
+    COMPUTE_CEILINGS,
+    COMPUTE_READINGS,
+    READINGS,
+    Bounds,
+    compute_configs,
+    compute_key,
+    measure_bounds,
+)
+from autotune.machine._machine import Machine
+from autotune.probe import Failure, Figures, ProbeRequest, ProbeResult, Window, WorkloadSource
+from autotune.space._space import build_space
 from autotune.study._study import records
+
+MACHINE = Machine(
+    cpus=2, cpu_model="t", memory_bytes=2**33, shm_bytes=2**30, accelerator="cpu", cpu_bf16=True
+)
+
+
+def figures_of(rate: float) -> Figures:
+    """A reading of ``rate`` samples/s."""
+    samples = int(rate)
+    return Figures(
+        windows=(
+            Window(index=0, seconds=1.0, samples=samples, fresh=samples, steps=1, wait_seconds=0.0),
+        )
+    )
+
+
+class Readings(autotune.QuietProgress):
+    """Stands in for the compute probes: each call reads the next rate given for its
+    thread count (0 for a failed probe), and the order of the calls is kept."""
+
+    def __init__(self, rates: dict[int, list[float]]) -> None:
+        self.rates = {threads: list(values) for threads, values in rates.items()}
+        self.probed: list[str] = []
+        self.messages: list[str] = []
+
+    def probe(self, request: ProbeRequest) -> ProbeResult:
+        assert request.mode == "compute" and request.settings.num_workers == 0
+        self.probed.append(compute_key(request.settings))
+        rate = self.rates[request.settings.threads or 0].pop(0)
+        if rate == 0:
+            return ProbeResult(
+                figures=Figures(), failure=Failure(kind="crash", message="it crashed")
+            )
+        return ProbeResult(figures=figures_of(rate))
+
+    def message(self, text: str) -> None:
+        self.messages.append(text)
 
 
 def test_a_config_whose_ceiling_cannot_reach_the_band_is_ruled_out() -> None:
@@ -36,17 +85,66 @@ def test_saturation_is_the_finalist_band_of_the_highest_ceiling() -> None:
 
 
 def test_compute_configs_cover_each_combination_once() -> None:
-    from autotune.machine._machine import Machine
-    from autotune.space._space import build_space
-
-    machine = Machine(
-        cpus=2, cpu_model="t", memory_bytes=2**33, shm_bytes=2**30, accelerator="cpu", cpu_bf16=True
-    )
-    space = build_space({"batch_size": [8, 16]}, machine, batch_size=8)
+    space = build_space({"batch_size": [8, 16]}, MACHINE, batch_size=8)
     configs = compute_configs(space)
     assert len(configs) == 2 * 2 * 2  # batch x amp (off, bf16) x threads (1, 2)
     assert all(c.num_workers == 0 for c in configs)
     assert len({compute_key(c) for c in configs}) == len(configs)
+
+
+def _measure(readings: Readings, study: optuna.Study, monkeypatch) -> Bounds | None:
+    monkeypatch.setattr(_bounds, "run_probe", readings.probe)
+    space = build_space({"batch_size": [64], "amp": "off"}, MACHINE, batch_size=64)
+    template = ProbeRequest(
+        source=WorkloadSource(config_path="config.py"),
+        settings=Settings(batch_size=64),
+        device="cpu",
+    )
+    bounds, _figures = measure_bounds(template, space, study, readings)
+    return bounds
+
+
+def test_each_ceiling_is_the_highest_of_readings_in_probes_of_their_own(monkeypatch) -> None:
+    # Two threads read low in the first probe, as one probe process in several does:
+    # alone, that reading would rule out every two-thread config below the band of 2,200.
+    readings = Readings({1: [2200.0, 2150.0], 2: [1900.0, 2700.0]})
+    study = optuna.create_study()
+    bounds = _measure(readings, study, monkeypatch)
+    one, two = "batch=64 amp=off threads=1", "batch=64 amp=off threads=2"
+    # A pass over every combination, then another: the readings of one are apart in time.
+    assert READINGS == 2 and readings.probed == [one, two, one, two]
+    assert bounds is not None and bounds.ceilings == {one: 2200.0, two: 2700.0}
+    assert bounds.rules_out(Settings(batch_size=64, threads=2), best=2200.0, tolerance=0.03) is None
+    assert not bounds.saturated(2200.0, tolerance=0.03)  # two threads may do better
+    assert study.user_attrs[COMPUTE_READINGS] == {one: [2200.0, 2150.0], two: [1900.0, 2700.0]}
+    assert study.user_attrs[COMPUTE_CEILINGS][two]["samples_per_s"] == 2700.0
+    assert f"compute ceiling, {two}: 2,700 samples/s (the highest of 1,900, 2,700)" in (
+        readings.messages
+    )
+    # Resumed: nothing read again.
+    again = Readings({1: [], 2: []})
+    assert _measure(again, study, monkeypatch) == bounds and again.probed == []
+
+
+def test_a_failed_reading_keeps_the_others_and_an_older_study_gets_its_second(monkeypatch) -> None:
+    one, two = "batch=64 amp=off threads=1", "batch=64 amp=off threads=2"
+    readings = Readings({1: [0.0, 2100.0], 2: [2600.0, 0.0]})
+    study = optuna.create_study()
+    bounds = _measure(readings, study, monkeypatch)
+    assert bounds is not None and bounds.ceilings == {one: 2100.0, two: 2600.0}
+    assert study.user_attrs[COMPUTE_READINGS] == {one: [2100.0], two: [2600.0]}
+    # A resumed search reads each once more, up to READINGS.
+    more = Readings({1: [2300.0], 2: [2500.0]})
+    bounds = _measure(more, study, monkeypatch)
+    assert more.probed == [one, two]
+    assert bounds is not None and bounds.ceilings == {one: 2300.0, two: 2600.0}
+    # A study written before readings were counted holds one reading of each.
+    older = optuna.create_study()
+    older.set_user_attr(COMPUTE_CEILINGS, {one: figures_of(2000.0).to_dict()})
+    second = Readings({1: [2400.0], 2: [2500.0, 2550.0]})
+    bounds = _measure(second, older, monkeypatch)
+    assert second.probed == [two, one, two]  # its first pass only reads what it lacks
+    assert older.user_attrs[COMPUTE_READINGS] == {one: [2000.0, 2400.0], two: [2500.0, 2550.0]}
 
 
 def test_a_search_skips_what_cannot_win_and_stops_near_the_ceiling(workdir) -> None:

@@ -9,13 +9,12 @@ from typing import Any
 
 from autotune._format import format_duration
 from autotune.decide._confirm import most_confirmed, most_in_runoff
+from autotune.explore._bounds import MAX_COMBINATIONS, READINGS
 from autotune.pipeline._setup import Setup, inputs, prepare
 from autotune.workload._options import SearchOptions
 
 PROBE_START_S = 1.0
 """About what a probe costs before its first batch: its process and the first batches."""
-MAX_BOUNDS = 16
-"""The bounds stage measures at most this many compute ceilings."""
 CEILING_PROBES = 5
 """Compute and data ceilings of the winner and the default, and the loader limit."""
 
@@ -79,7 +78,7 @@ def _estimate(options: SearchOptions, space_size: int, slots: int) -> str:
     window = options.window_seconds
     full = PROBE_START_S + options.warmup_seconds + options.max_windows * window
     short = PROBE_START_S + options.warmup_seconds + max(3, options.max_windows // 3) * window
-    bounds = min(MAX_BOUNDS, space_size) * short if options.bounds else 0.0
+    bounds = min(MAX_COMBINATIONS, space_size) * READINGS * short if options.bounds else 0.0
     explore = min(options.trials, space_size) * full
     if options.timeout is not None:
         explore = min(explore, options.timeout + full)
