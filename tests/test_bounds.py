@@ -7,6 +7,7 @@ import os
 import optuna
 import workloads
 from conftest import quick
+from machines import TWO_CPUS
 
 import autotune
 from autotune import Settings
@@ -20,14 +21,9 @@ from autotune.explore._bounds import (
     compute_key,
     measure_bounds,
 )
-from autotune.machine._machine import Machine
 from autotune.probe import Failure, Figures, ProbeRequest, ProbeResult, Window, WorkloadSource
 from autotune.space._space import build_space
 from autotune.study._study import records
-
-MACHINE = Machine(
-    cpus=2, cpu_model="t", memory_bytes=2**33, shm_bytes=2**30, accelerator="cpu", cpu_bf16=True
-)
 
 
 def figures_of(rate: float) -> Figures:
@@ -85,7 +81,7 @@ def test_saturation_is_the_finalist_band_of_the_highest_ceiling() -> None:
 
 
 def test_compute_configs_cover_each_combination_once() -> None:
-    space = build_space({"batch_size": [8, 16]}, MACHINE, batch_size=8)
+    space = build_space({"batch_size": [8, 16]}, TWO_CPUS, batch_size=8)
     configs = compute_configs(space)
     assert len(configs) == 2 * 2 * 2  # batch x amp (off, bf16) x threads (1, 2)
     assert all(c.num_workers == 0 for c in configs)
@@ -94,7 +90,7 @@ def test_compute_configs_cover_each_combination_once() -> None:
 
 def _measure(readings: Readings, study: optuna.Study, monkeypatch) -> Bounds | None:
     monkeypatch.setattr(_bounds, "run_probe", readings.probe)
-    space = build_space({"batch_size": [64], "amp": "off"}, MACHINE, batch_size=64)
+    space = build_space({"batch_size": [64], "amp": "off"}, TWO_CPUS, batch_size=64)
     template = ProbeRequest(
         source=WorkloadSource(config_path="config.py"),
         settings=Settings(batch_size=64),
@@ -223,12 +219,8 @@ def test_the_default_loader_reuses_the_compute_ceiling_the_bounds_measured(workd
 def test_a_leader_at_the_models_ceiling_is_confirmed_beside_its_loader_without_workers() -> None:
     from autotune.decide._choose import Candidate
     from autotune.decide._confirm import without_workers
-    from autotune.machine._machine import Machine
-    from autotune.space._space import build_space
 
-    machine = Machine(
-        cpus=2, cpu_model="t", memory_bytes=2**33, shm_bytes=2**30, accelerator="cpu", cpu_bf16=True
-    )
+    machine = TWO_CPUS
     fixed = {"batch_size": [64], "threads": 2, "amp": "off"}
     space = build_space({**fixed, "num_workers": [0, 1, 2]}, machine, batch_size=64)
     leader = Settings(

@@ -7,6 +7,7 @@ import optuna
 import pytest
 import workloads
 from conftest import quick
+from machines import TWO_CPUS
 
 import autotune
 from autotune._format import format_rate
@@ -20,14 +21,9 @@ from autotune.explore._worker_range import (
     sweep,
     sweepable,
 )
-from autotune.machine._machine import Machine
 from autotune.settings._settings import Settings
 from autotune.space._space import IntRange, build_space
 from autotune.study._study import records
-
-MACHINE = Machine(
-    cpus=2, cpu_model="t", memory_bytes=2**33, shm_bytes=2**30, accelerator="cpu", cpu_bf16=True
-)
 
 
 def rates(table: dict[int, float | None]):
@@ -142,13 +138,13 @@ def test_where_the_loader_bounds_the_training_the_search_leads_with_the_largest_
 
 
 def test_only_a_default_range_with_a_ceiling_is_swept() -> None:
-    space = build_space({}, MACHINE, batch_size=32)
+    space = build_space({}, TWO_CPUS, batch_size=32)
     bounds = Bounds({"k": 1000.0})
     assert space.num_workers == IntRange(0, 8)
     assert sweepable(space, {}, bounds)
     assert not sweepable(space, {}, None)
     assert not sweepable(space, {}, Bounds({}))
-    given = build_space({"num_workers": {"low": 0, "high": 4}}, MACHINE, batch_size=32)
+    given = build_space({"num_workers": {"low": 0, "high": 4}}, TWO_CPUS, batch_size=32)
     assert not sweepable(given, {"num_workers": {"low": 0, "high": 4}}, bounds)
 
 
