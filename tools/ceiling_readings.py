@@ -24,7 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autotune import Settings
-from autotune.probe import ProbeRequest, WorkloadSource, run_probe
+from autotune.probe import ProbeRequest, WorkloadSource, reference_windows, run_probe
+from autotune.workload._options import SearchOptions
 
 
 def cpu_times() -> list[int]:
@@ -33,17 +34,18 @@ def cpu_times() -> list[int]:
         return [int(value) for value in stat.readline().split()[1:]]
 
 
-def reading(config: str, batch: int, threads: int, windows: int) -> tuple[float, list[float]]:
-    """One compute probe of ``config`` as the bounds stage takes it: samples/s, and each
-    window's."""
+def reading(config: str, batch: int, threads: int) -> tuple[float, list[float]]:
+    """One compute probe of ``config`` as the bounds stage of a search with the default
+    options takes it: samples/s, and each window's."""
+    options = SearchOptions()
     request = ProbeRequest(
         source=WorkloadSource(config_path=config),
         settings=Settings(batch_size=batch, threads=threads),
         device="cpu",
         mode="compute",
-        window_seconds=0.5,
-        max_windows=windows,
-        warmup_seconds=0.5,
+        window_seconds=options.window_seconds,
+        max_windows=reference_windows(options.max_windows),
+        warmup_seconds=options.warmup_seconds,
     )
     result = run_probe(request)
     if result.failure is not None:
@@ -57,14 +59,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, required=True)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--pairs", type=int, default=10, help="rounds over the thread counts")
-    parser.add_argument("--windows", type=int, default=3, help="windows of 0.5 s per probe")
     args = parser.parse_args()
     began = time.monotonic()
     rates: dict[int, list[float]] = {threads: [] for threads in args.threads}
     for _ in range(args.pairs):
         for threads in args.threads:
             before = cpu_times()
-            rate, windows = reading(args.config, args.batch, threads, args.windows)
+            rate, windows = reading(args.config, args.batch, threads)
             spent = [after - earlier for earlier, after in zip(before, cpu_times(), strict=True)]
             steal = spent[7] / max(1, sum(spent)) if len(spent) > 7 else 0.0
             rates[threads].append(rate)

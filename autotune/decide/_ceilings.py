@@ -21,7 +21,7 @@ from collections.abc import Hashable, Mapping
 
 from autotune._format import format_rate
 from autotune.explore._bounds import compute_key
-from autotune.probe import Figures, Measurement, Mode, ProbeRequest, run_probe
+from autotune.probe import Figures, Measurement, Mode, ProbeRequest, reference_windows, run_probe
 from autotune.progress._progress import Progress
 from autotune.settings._settings import Settings
 
@@ -82,10 +82,7 @@ def measure_ceilings(
             return dataclasses.replace(settings, threads=default_threads)
         return settings
 
-    # A ceiling is one reference figure, not a comparison between close configs: a
-    # third of a trial's windows (at least 3) measures it well enough, for a third of
-    # the time.
-    template = dataclasses.replace(template, max_windows=max(3, template.max_windows // 3))
+    template = dataclasses.replace(template, max_windows=reference_windows(template.max_windows))
     jobs: list[tuple[str, Mode, Settings]] = [
         ("winner", "compute", model_of(winner)),
         ("winner", "data", winner),

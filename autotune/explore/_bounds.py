@@ -28,7 +28,7 @@ from typing import Any
 import optuna
 
 from autotune._format import format_rate
-from autotune.probe import Figures, ProbeRequest, run_probe
+from autotune.probe import Figures, ProbeRequest, reference_windows, run_probe
 from autotune.progress._progress import Progress
 from autotune.settings._settings import Settings
 from autotune.space._space import Space
@@ -152,7 +152,7 @@ def measure_bounds(
         )
         progress.plan("bounds", len(todo), None)
         short = dataclasses.replace(
-            template, mode="compute", max_windows=max(3, template.max_windows // 3)
+            template, mode="compute", max_windows=reference_windows(template.max_windows)
         )
         for settings in todo:
             result = run_probe(dataclasses.replace(short, settings=settings))

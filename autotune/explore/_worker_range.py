@@ -27,7 +27,7 @@ import optuna
 
 from autotune._format import format_rate
 from autotune.explore._bounds import Bounds
-from autotune.probe import ProbeRequest, run_probe
+from autotune.probe import ProbeRequest, reference_windows, run_probe
 from autotune.progress._progress import Progress
 from autotune.settings._settings import Settings
 from autotune.space._space import IntRange, Space
@@ -183,7 +183,7 @@ def measure_worker_range(
     else:
         batch_size = (bounds.fastest_model() or template.settings).batch_size
         short = dataclasses.replace(
-            template, mode="data", max_windows=max(3, template.max_windows // 3)
+            template, mode="data", max_windows=reference_windows(template.max_windows)
         )
         # Workers as the space's configs run them: the smallest cap it holds, if any.
         caps = [v for v in space.worker_threads.values() if isinstance(v, int)]

@@ -11,6 +11,7 @@ from autotune._format import format_duration
 from autotune.decide._confirm import most_confirmed, most_in_runoff
 from autotune.explore._bounds import MAX_COMBINATIONS, READINGS
 from autotune.pipeline._setup import Setup, inputs, prepare
+from autotune.probe import reference_windows
 from autotune.workload._options import SearchOptions
 
 PROBE_START_S = 1.0
@@ -77,7 +78,7 @@ def _estimate(options: SearchOptions, space_size: int, slots: int) -> str:
     """The most the search should take: every trial run in full, one slot at a time."""
     window = options.window_seconds
     full = PROBE_START_S + options.warmup_seconds + options.max_windows * window
-    short = PROBE_START_S + options.warmup_seconds + max(3, options.max_windows // 3) * window
+    short = PROBE_START_S + options.warmup_seconds + reference_windows(options.max_windows) * window
     bounds = min(MAX_COMBINATIONS, space_size) * READINGS * short if options.bounds else 0.0
     explore = min(options.trials, space_size) * full
     if options.timeout is not None:

@@ -9,6 +9,7 @@ from autotune.probe._protocol import (
     ProbeResult,
     Window,
     WorkloadSource,
+    reference_windows,
 )
 from autotune.probe._runner import OnWindow, run_probe
 
@@ -22,5 +23,6 @@ __all__ = [
     "ProbeResult",
     "Window",
     "WorkloadSource",
+    "reference_windows",
     "run_probe",
 ]

@@ -57,6 +57,13 @@ class DdpSpec:
         return len(self.ranks)
 
 
+def reference_windows(max_windows: int) -> int:
+    """Windows of a reference probe (a compute or data ceiling, a loader bound): one
+    figure, not a comparison between close configs, so a third of a trial's
+    ``max_windows`` (at least 3) measures it well enough, for a third of the time."""
+    return max(3, max_windows // 3)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ProbeRequest:
     """One probe: which config, how, and for how long."""
