@@ -16,7 +16,9 @@ a new interpreter for every measurement, as ``python train.py`` would start, und
 - ``dynamic``: glibc's own rule (nothing set);
 - ``fixed``: ``MALLOC_MMAP_THRESHOLD_`` at glibc's largest dynamic value (32 MiB) and
   ``MALLOC_TRIM_THRESHOLD_`` at twice that, as glibc sets them when it raises them itself:
-  freed memory stays in the heap, and the thresholds no longer move.
+  freed memory stays in the heap, and the thresholds no longer move;
+- ``forkserver`` (with ``--forkserver``): glibc's rule, but in a child of autotune's
+  probe fork server, where every probe starts, rather than in a new interpreter.
 
 For each measurement it prints samples/s and the training process's minor page faults
 per step (timed part only; a DataLoader's worker processes are not counted). Then per
@@ -32,6 +34,8 @@ glibc only: elsewhere (musl, macOS) the variables do nothing and both rules read
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import resource
@@ -39,6 +43,7 @@ import statistics
 import subprocess
 import sys
 from collections.abc import Callable
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +103,29 @@ def measure(plan: dict[str, Any], rule: str) -> tuple[float, float]:
     return float(answer["samples_per_s"]), float(answer["faults_per_step"])
 
 
+def _forkserver_child(plan_json: str, answer: Connection) -> None:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        _child(plan_json)
+    answer.send(out.getvalue())
+    answer.close()
+
+
+def measure_in_forkserver(plan: dict[str, Any]) -> tuple[float, float]:
+    """samples/s and minor page faults a step of ``plan``, in a child of the probes'
+    fork server (this process's, started at its first use)."""
+    from autotune.probe import _runner
+
+    context: Any = _runner.probe_context()
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_forkserver_child, args=(json.dumps(plan), send))
+    child.start()
+    send.close()
+    answer = json.loads(receive.recv().strip().splitlines()[-1])
+    child.join()
+    return float(answer["samples_per_s"]), float(answer["faults_per_step"])
+
+
 def paired(top: list[float], bottom: list[float]) -> str:
     """The median of ``top / bottom`` round by round, and each round's."""
     ratios = [a / b for a, b in zip(top, bottom, strict=True)]
@@ -111,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--warmup", type=float, default=1.0)
+    parser.add_argument(
+        "--forkserver", action="store_true", help="also time each config in the probes' fork server"
+    )
     options = parser.parse_args(argv)
     from autotune import Settings  # the settings complete the batch size from the config
     from autotune.workload._workload import load_config
@@ -118,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     batch = load_config(options.config).workload.batch_size
     configs = [{"batch_size": batch, **json.loads(text)} for text in options.settings]
     labels = [Settings.from_dict(config).describe() for config in configs]
-    entries = [(index, rule) for index in range(len(configs)) for rule in RULES]
+    rules = [*RULES, "forkserver"] if options.forkserver else list(RULES)
+    entries = [(index, rule) for index in range(len(configs)) for rule in rules]
     rates: dict[tuple[int, str], list[float]] = {entry: [] for entry in entries}
     faults: dict[tuple[int, str], list[float]] = {entry: [] for entry in entries}
     for round_index in range(options.rounds):
@@ -130,7 +162,10 @@ def main(argv: list[str] | None = None) -> int:
                 "seconds": options.seconds,
                 "warmup": options.warmup,
             }
-            rate, fault = measure(plan, rule)
+            if rule == "forkserver":
+                rate, fault = measure_in_forkserver(plan)
+            else:
+                rate, fault = measure(plan, rule)
             rates[index, rule].append(rate)
             faults[index, rule].append(fault)
         print(
@@ -144,14 +179,15 @@ def main(argv: list[str] | None = None) -> int:
         )
     for index, label in enumerate(labels):
         print(f"config {index + 1}: {label}")
-        for rule in RULES:
+        for rule in rules:
             print(
                 f"  {rule}: median {statistics.median(rates[index, rule]):,.0f} samples/s, "
                 f"{statistics.median(faults[index, rule]):.0f} faults/step"
             )
-        print(f"  fixed / dynamic: {paired(rates[index, 'fixed'], rates[index, 'dynamic'])}")
+        for rule in rules[1:]:
+            print(f"  {rule} / dynamic: {paired(rates[index, rule], rates[index, 'dynamic'])}")
     for index in range(1, len(configs)):
-        for rule in RULES:
+        for rule in rules:
             print(
                 f"config {index + 1} / config 1, {rule}: "
                 f"{paired(rates[index, rule], rates[0, rule])}"
