@@ -34,10 +34,7 @@ glibc only: elsewhere (musl, macOS) the variables do nothing and both rules read
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
-import os
 import resource
 import statistics
 import subprocess
@@ -60,9 +57,9 @@ RULES: dict[str, dict[str, str]] = {
 """Each allocator rule: the environment a measurement's new interpreter gets on top."""
 
 
-def _child(plan_json: str) -> int:
-    """One measurement in this (new) process: the plain loop, with the minor page faults
-    of its timed part counted; prints ``{"samples_per_s", "faults_per_step"}``."""
+def measure_here(plan_json: str) -> tuple[float, float]:
+    """One measurement in this process: samples/s of the plain loop, and the minor page
+    faults a step of its timed part."""
     from benchmarks import _checker
 
     counted: dict[str, int] = {"steps": 0, "faults": 0}
@@ -81,15 +78,22 @@ def _child(plan_json: str) -> int:
 
     _checker._time_span = counting_span
     rate = _checker.run_plan(_checker.Plan(**json.loads(plan_json)))
-    per_step = counted["faults"] / counted["steps"] if counted["steps"] else 0.0
+    return rate, counted["faults"] / counted["steps"] if counted["steps"] else 0.0
+
+
+def _child(plan_json: str) -> int:
+    """``--child PLAN_JSON``: one measurement in this new interpreter, printed as
+    ``{"samples_per_s", "faults_per_step"}``."""
+    rate, per_step = measure_here(plan_json)
     print(json.dumps({"samples_per_s": rate, "faults_per_step": per_step}))
     return 0
 
 
 def measure(plan: dict[str, Any], rule: str) -> tuple[float, float]:
     """samples/s and minor page faults a step of ``plan``, in a new interpreter."""
-    env = {**os.environ, **RULES[rule]}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    from benchmarks import _checker
+
+    env = {**_checker._environment(), **RULES[rule]}  # PYTHONPATH: this tree, as the checker's
     done = subprocess.run(
         [sys.executable, __file__, "--child", json.dumps(plan)],
         env=env,
@@ -104,10 +108,7 @@ def measure(plan: dict[str, Any], rule: str) -> tuple[float, float]:
 
 
 def _forkserver_child(plan_json: str, answer: Connection) -> None:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        _child(plan_json)
-    answer.send(out.getvalue())
+    answer.send(measure_here(plan_json))
     answer.close()
 
 
@@ -121,9 +122,9 @@ def measure_in_forkserver(plan: dict[str, Any]) -> tuple[float, float]:
     child = context.Process(target=_forkserver_child, args=(json.dumps(plan), send))
     child.start()
     send.close()
-    answer = json.loads(receive.recv().strip().splitlines()[-1])
+    rate, per_step = receive.recv()
     child.join()
-    return float(answer["samples_per_s"]), float(answer["faults_per_step"])
+    return float(rate), float(per_step)
 
 
 def paired(top: list[float], bottom: list[float]) -> str:
@@ -143,10 +144,11 @@ def main(argv: list[str] | None = None) -> int:
         "--forkserver", action="store_true", help="also time each config in the probes' fork server"
     )
     options = parser.parse_args(argv)
-    from autotune import Settings  # the settings complete the batch size from the config
+    from autotune import Settings
     from autotune.workload._workload import load_config
 
-    batch = load_config(options.config).workload.batch_size
+    config_path = str(options.config.resolve())
+    batch = load_config(options.config).workload.batch_size  # the user's, where not given
     configs = [{"batch_size": batch, **json.loads(text)} for text in options.settings]
     labels = [Settings.from_dict(config).describe() for config in configs]
     rules = [*RULES, "forkserver"] if options.forkserver else list(RULES)
@@ -157,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         shift = round_index % len(entries)  # the order turns, round by round
         for index, rule in entries[shift:] + entries[:shift]:
             plan = {
-                "config": str(options.config.resolve()),
+                "config": config_path,
                 "settings": configs[index],
                 "seconds": options.seconds,
                 "warmup": options.warmup,
