@@ -40,6 +40,7 @@ if _typing.TYPE_CHECKING:
     from autotune.progress._progress import LineProgress, LiveProgress, Progress, QuietProgress
     from autotune.result._ddp import DdpMeasurement, DdpResult
     from autotune.result._result import SearchResult
+    from autotune.settings._allocator import fix_allocator
     from autotune.settings._loader import EchoLoader
     from autotune.settings._settings import Settings
     from autotune.workload._options import SearchOptions
@@ -71,6 +72,7 @@ _HOMES = {
     "Workload": "autotune.workload._workload",
     "WorkloadError": "autotune._errors",
     "diagnose": "autotune.decide._diagnosis",
+    "fix_allocator": "autotune.settings._allocator",
     "load": "autotune.output._load",
     "online": "autotune.inloop._online",
     "report": "autotune.output._report",
@@ -103,6 +105,7 @@ __all__ = [
     "WorkloadError",
     "__version__",
     "diagnose",
+    "fix_allocator",
     "load",
     "online",
     "report",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 
@@ -144,3 +145,11 @@ def test_cpu_affinity_and_threads_are_applied_in_the_probe() -> None:
     assert result.ok, result.failure
     assert result.info["cpus"] == [0]
     assert result.info["torch_threads"] == 1
+
+
+@pytest.mark.skipif(os.confstr("CS_GNU_LIBC_VERSION") is None, reason="glibc's malloc only")
+def test_the_probe_trains_under_the_tuned_loader_s_allocator_rule() -> None:
+    settings = Settings(batch_size=4)
+    result = run_probe(request(workloads.SleepyDataset(), mode="check", settings=settings))
+    assert result.ok, result.failure
+    assert result.info["allocator"] == "fixed"

@@ -19,6 +19,7 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 from autotune.inloop._order import RemainingBatches
+from autotune.settings._allocator import fix_allocator
 from autotune.settings._settings import Settings
 from autotune.settings._worker_threads import worker_init
 
@@ -117,6 +118,7 @@ class Loaders:
             kwargs["batch_sampler"] = sampler
         else:
             kwargs["drop_last"] = data.drop_last
+        fix_allocator()  # as every loader autotune builds (autotune.settings._allocator)
         with _quiet_worker_count():
             return DataLoader(
                 data.dataset,

@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from autotune.probe._protocol import WorkloadSource
 from autotune.probe._train import ContractError, PieceError, batch_length, blame
+from autotune.settings._allocator import fix_allocator
 from autotune.workload._workload import Workload, load_config
 
 
@@ -184,11 +185,13 @@ def apply_threads(threads: int | None, cpus: tuple[int, ...] | None) -> None:
 
 
 def placement() -> dict[str, Any]:
-    """Where this process runs: its CPU affinity, torch's threads, its visible GPUs."""
+    """Where this process runs: its CPU affinity, torch's threads, its visible GPUs, and
+    the C allocator's rule (``fix_allocator``'s answer: "fixed", "user's", "off"...)."""
     return {
         "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "torch_threads": torch.get_num_threads(),
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "allocator": fix_allocator(),
     }
 
 

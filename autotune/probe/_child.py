@@ -57,6 +57,7 @@ from autotune.probe._train import (
     describe_batch,
     to_device,
 )
+from autotune.settings._allocator import fix_allocator
 from autotune.settings._loader import build_loader, is_iterable_dataset
 from autotune.workload._workload import Workload
 
@@ -107,6 +108,8 @@ def _watchdog(control: Connection, stop: threading.Event) -> None:
 
 
 def _run(request: ProbeRequest, send: Send, stop: threading.Event) -> None:
+    # The whole probe, its ranks and workers, under the allocator rule of the tuned loader.
+    fix_allocator()
     if request.mode == "ddp":
         run_ranks(request, send, stop)
         return

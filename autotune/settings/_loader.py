@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from autotune.settings._allocator import fix_allocator
 from autotune.settings._worker_threads import worker_init
 
 
@@ -77,7 +78,11 @@ def build_loader(
         worker_threads: the threads of each worker's native pools (``Settings.worker_threads``);
             a ``worker_init_fn`` among ``overrides`` runs after the cap.
         **overrides: DataLoader keywords that win over the settings.
+
+    It fixes the C allocator's thresholds of this process first (:func:`fix_allocator`):
+    every config is measured, and every tuned loader runs, under that rule.
     """
+    fix_allocator()
     kwargs: dict[str, Any] = dict(dataloader_kwargs)
     kwargs["shuffle"] = not is_iterable_dataset(dataset)
     if seed is not None and kwargs["shuffle"]:
