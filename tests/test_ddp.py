@@ -232,7 +232,8 @@ def test_the_search_emits_a_ddp_section_with_a_torchrun_line(ddp_search) -> None
     assert section["dataloader"] == result.settings.dataloader_kwargs()
     assert section["cpus_per_rank"] == 1
     assert section["torchrun"] == (
-        "OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 train.py"
+        "OMP_NUM_THREADS=1 MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=67108864 "
+        "torchrun --standalone --nproc-per-node=2 train.py"
     )
     assert set(section["ddp_kwargs"]) == {
         "bucket_cap_mb",
@@ -261,7 +262,7 @@ def test_the_ddp_section_is_exported_and_loaded_back(ddp_search, tmp_path, capsy
     assert loaded.ddp == result.ddp
     assert main(["show", str(path)]) == 0
     shown = capsys.readouterr().out
-    assert "DDP: 2 ranks (gloo)" in shown and "launch: OMP_NUM_THREADS=1 torchrun" in shown
+    assert "DDP: 2 ranks (gloo)" in shown and "launch: OMP_NUM_THREADS=1 MALLOC_" in shown
 
 
 def test_a_study_of_one_rank_is_not_continued_with_two(ddp_search) -> None:
@@ -390,8 +391,9 @@ def test_the_learning_rate_note_follows_the_linear_scaling_rule() -> None:
 def test_the_launch_line_and_code_for_gpus() -> None:
     line = torchrun_line(world_size=2, device_type="cuda", visible="2,3", threads=8)
     assert line == (
-        "CUDA_VISIBLE_DEVICES=2,3 OMP_NUM_THREADS=8 torchrun --standalone --nproc-per-node=2 "
-        "train.py"
+        "CUDA_VISIBLE_DEVICES=2,3 OMP_NUM_THREADS=8 "
+        "MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=67108864 "
+        "torchrun --standalone --nproc-per-node=2 train.py"
     )
     settings = Settings(
         batch_size=64, num_workers=6, prefetch_factor=4, pin_memory=True, amp="fp16"
@@ -409,6 +411,7 @@ def test_the_launch_line_and_code_for_gpus() -> None:
     assert "device_ids=[local_rank]," in code and "static_graph=True," in code
     assert "batch_size=64,  # per rank; the global batch is 128" in code
     assert 'GradScaler("cuda")' in code
+    assert "autotune.fix_allocator()" in code
 
 
 def test_a_ddp_result_reads_back_what_it_wrote() -> None:
@@ -428,4 +431,4 @@ def test_a_ddp_result_reads_back_what_it_wrote() -> None:
     assert DdpResult.from_dict(data) == ddp
     assert data["scaling_efficiency"] == pytest.approx(4000 / 4400)
     assert data["global_batch_size"] == 128
-    assert data["torchrun"].startswith("CUDA_VISIBLE_DEVICES=0,1,2,3 OMP_NUM_THREADS=8 torchrun")
+    assert data["torchrun"].startswith("CUDA_VISIBLE_DEVICES=0,1,2,3 OMP_NUM_THREADS=8 MALLOC_")

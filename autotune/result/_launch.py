@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.settings._settings import Settings
+from autotune.settings._allocator import launch_words
+from autotune.settings._settings import ALLOCATOR_LINE, Settings
 
 SCRIPT = "train.py"
 """Stands for the user's training script in the torchrun line."""
@@ -29,11 +30,14 @@ def torchrun_line(
         visible: CUDA_VISIBLE_DEVICES for the selected GPUs; None: leave it as it is.
         threads: torch's intra-op threads per rank (torchrun would otherwise set 1).
         script: the training script.
+
+    The line carries glibc malloc's fixed thresholds too (:mod:`autotune.settings._allocator`).
     """
     words = []
     if device_type == "cuda" and visible is not None:
         words.append(f"CUDA_VISIBLE_DEVICES={visible}")
     words.append(f"OMP_NUM_THREADS={threads}")
+    words += launch_words()  # the allocator rule every config was measured under
     words += ["torchrun", "--standalone", f"--nproc-per-node={world_size}", script]
     return " ".join(words)
 
@@ -96,6 +100,7 @@ def ddp_code(
     lines = [
         "import os",
         "",
+        "import autotune",
         *(["import threadpoolctl"] if settings.worker_init_code() else []),
         "import torch",
         "import torch.distributed as dist",
@@ -103,6 +108,7 @@ def ddp_code(
         "from torch.utils.data.distributed import DistributedSampler",
         "",
         f"# launch: {launch}",
+        ALLOCATOR_LINE,
         f'dist.init_process_group("{backend}")',
         'local_rank = int(os.environ["LOCAL_RANK"])',
     ]

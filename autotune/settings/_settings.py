@@ -19,6 +19,9 @@ AmpMode = Literal["off", "bf16", "fp16"]
 AMP_MODES: tuple[AmpMode, ...] = ("off", "bf16", "fp16")
 TORCH_PREFETCH = 2
 """torch's DataLoader prefetch_factor when workers load and none is given."""
+ALLOCATOR_LINE = "autotune.fix_allocator()  # glibc malloc's thresholds fixed, as measured"
+"""The code line that runs the training under the allocator rule it was measured with
+(:mod:`autotune.settings._allocator`)."""
 WORKER_THREADS = 1
 """The native threads per worker autotune's configs use unless the space says
 otherwise: what torch already gives its own pool in a worker."""
@@ -139,7 +142,8 @@ class Settings:
     def to_code(self, *, dataset: str = "dataset", device: str = "cpu") -> str:
         """Python source that builds the tuned loader and applies the training knobs."""
         imports = ["import threadpoolctl"] if self.worker_init_code() else []
-        lines = [*imports, "import torch", "", *self.worker_init_code()]
+        lines = ["import autotune", *imports, "import torch", "", ALLOCATOR_LINE]
+        lines += self.worker_init_code()
         if self.threads is not None:
             lines.append(f"torch.set_num_threads({self.threads})")
         lines.append("loader = torch.utils.data.DataLoader(")
@@ -182,7 +186,7 @@ class Settings:
         lines = []
         device_type = device.split(":")[0]
         if self.echo > 1:
-            lines.append(f"loader = autotune.EchoLoader(loader, {self.echo})  # import autotune")
+            lines.append(f"loader = autotune.EchoLoader(loader, {self.echo})")
         if self.pin_memory:
             lines.append("# copy batches with tensor.to(device, non_blocking=True)")
         if self.amp == "bf16":
