@@ -13,10 +13,14 @@ interpreter each start from another heap.
 This tool times each config with the checker's plain loop (``benchmarks._checker``) in
 a new interpreter for every measurement, as ``python train.py`` would start, under:
 
-- ``dynamic``: glibc's own rule (nothing set);
+- ``dynamic``: glibc's own rule (``AUTOTUNE_FIX_ALLOCATOR=0``, so that autotune's
+  loader leaves it);
 - ``fixed``: ``MALLOC_MMAP_THRESHOLD_`` at glibc's largest dynamic value (32 MiB) and
-  ``MALLOC_TRIM_THRESHOLD_`` at twice that, as glibc sets them when it raises them itself:
-  freed memory stays in the heap, and the thresholds no longer move;
+  ``MALLOC_TRIM_THRESHOLD_`` at twice that, as glibc sets them when it raises them itself,
+  from the interpreter's start: freed memory stays in the heap, and the thresholds no
+  longer move;
+- ``autotune``: nothing set; the thresholds are fixed as autotune's loaders fix them, in
+  the process, when the loader is built (:mod:`autotune.settings._allocator`);
 - ``forkserver`` (with ``--forkserver``): glibc's rule, but in a child of autotune's
   probe fork server, where every probe starts, rather than in a new interpreter.
 
@@ -47,14 +51,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from autotune.settings._allocator import ENVIRONMENT, SWITCH  # noqa: E402
+
 RULES: dict[str, dict[str, str]] = {
-    "dynamic": {},
-    "fixed": {
-        "MALLOC_MMAP_THRESHOLD_": str(32 * 2**20),
-        "MALLOC_TRIM_THRESHOLD_": str(64 * 2**20),
-    },
+    "dynamic": {SWITCH: "0"},
+    "fixed": ENVIRONMENT,
+    "autotune": {},
 }
-"""Each allocator rule: the environment a measurement's new interpreter gets on top."""
+"""Each allocator rule: the environment a measurement's new interpreter gets on top of
+the checker's, less the allocator's variables."""
 
 
 def measure_here(plan_json: str) -> tuple[float, float]:
@@ -93,7 +98,9 @@ def measure(plan: dict[str, Any], rule: str) -> tuple[float, float]:
     """samples/s and minor page faults a step of ``plan``, in a new interpreter."""
     from benchmarks import _checker
 
-    env = {**_checker._environment(), **RULES[rule]}  # PYTHONPATH: this tree, as the checker's
+    # PYTHONPATH: this tree, as the checker's.
+    base = {k: v for k, v in _checker._environment().items() if k not in {*ENVIRONMENT, SWITCH}}
+    env = {**base, **RULES[rule]}
     done = subprocess.run(
         [sys.executable, __file__, "--child", json.dumps(plan)],
         env=env,
@@ -114,8 +121,12 @@ def _forkserver_child(plan_json: str, answer: Connection) -> None:
 
 def measure_in_forkserver(plan: dict[str, Any]) -> tuple[float, float]:
     """samples/s and minor page faults a step of ``plan``, in a child of the probes'
-    fork server (this process's, started at its first use)."""
+    fork server (this process's, started at its first use), under glibc's rule."""
+    import os
+
     from autotune.probe import _runner
+
+    os.environ[SWITCH] = "0"  # before the fork server starts; measure() drops it
 
     context: Any = _runner.probe_context()
     receive, send = context.Pipe(duplex=False)
