@@ -22,8 +22,7 @@ from autotune.settings import _allocator
 from autotune.settings._settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
-GLIBC = sys.platform.startswith("linux") and os.confstr("CS_GNU_LIBC_VERSION") is not None
-glibc_only = pytest.mark.skipif(not GLIBC, reason="glibc's malloc only")
+glibc_only = pytest.mark.skipif(_allocator._glibc() is None, reason="glibc's malloc only")
 
 PROBE = """
 import ctypes, json, os, sys

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 
@@ -12,6 +11,7 @@ from faults import probe_request as request
 
 from autotune.probe import run_probe
 from autotune.probe._child import hold_batches
+from autotune.settings import _allocator
 from autotune.settings._settings import Settings
 
 
@@ -147,7 +147,7 @@ def test_cpu_affinity_and_threads_are_applied_in_the_probe() -> None:
     assert result.info["torch_threads"] == 1
 
 
-@pytest.mark.skipif(os.confstr("CS_GNU_LIBC_VERSION") is None, reason="glibc's malloc only")
+@pytest.mark.skipif(_allocator._glibc() is None, reason="glibc's malloc only")
 def test_the_probe_trains_under_the_tuned_loader_s_allocator_rule() -> None:
     settings = Settings(batch_size=4)
     result = run_probe(request(workloads.SleepyDataset(), mode="check", settings=settings))
