@@ -17,7 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from autotune.machine._machine import detect_machine
+from autotune.probe import Figures
+from autotune.result._ddp import DdpResult
 from autotune.result._launch import torchrun_line
+from autotune.result._result import SearchResult
 from autotune.settings import _allocator
 from autotune.settings._settings import Settings
 
@@ -192,3 +196,76 @@ def test_the_code_and_the_launch_line_carry_the_rule() -> None:
     assert lines.index(call) < lines.index("loader = torch.utils.data.DataLoader(")
     line = torchrun_line(world_size=2, device_type="cpu", visible=None, threads=1)
     assert "MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=67108864 torchrun" in line
+
+
+@pytest.mark.parametrize(
+    ("measured_under", "says"),
+    [
+        ("user's", "# measured under your own malloc thresholds"),
+        ("off", "(AUTOTUNE_FIX_ALLOCATOR=0)"),
+        (None, "(by an autotune from before it fixed them)"),
+    ],
+)
+def test_figures_measured_under_another_rule_are_not_sold_as_the_fixed_one(
+    measured_under: str | None, says: str
+) -> None:
+    settings = Settings(batch_size=32, num_workers=2)
+    code = settings.to_code(allocator=measured_under)
+    compile(code, "<tuned code>", "exec")
+    lines = code.splitlines()
+    assert "import autotune" not in lines and "fix_allocator" not in code
+    rule = lines[lines.index("import torch") + 2]
+    assert rule.startswith("# measured under") and says in rule
+    line = torchrun_line(
+        world_size=2, device_type="cpu", visible=None, threads=1, allocator=measured_under
+    )
+    assert line == "OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 train.py"
+
+
+def test_off_glibc_the_code_says_nothing_of_the_allocator() -> None:
+    code = Settings(batch_size=32).to_code(allocator="not glibc")
+    assert "malloc" not in code and "autotune" not in code
+    assert code.splitlines()[:2] == ["import torch", ""]
+
+
+def result_measured_under(info: dict[str, object]) -> SearchResult:
+    return SearchResult(
+        settings=Settings(batch_size=32, num_workers=2),
+        figures=Figures(),
+        device="cpu",
+        machine=detect_machine(None),
+        tolerance=0.03,
+        confirmed=True,
+        user_batch_size=32,
+        workload=info,
+    )
+
+
+def test_a_result_emits_the_rule_its_probes_recorded() -> None:
+    fixed = result_measured_under({"allocator": "fixed"})
+    assert "autotune.fix_allocator()" in fixed.to_code()
+    # a study saved before the probes recorded a rule: measured under glibc's own
+    older = SearchResult.from_dict(json.loads(json.dumps(result_measured_under({}).to_dict())))
+    assert "fix_allocator" not in older.to_code()
+    assert "by an autotune from before it fixed them" in older.to_code()
+
+
+def test_a_ddp_result_launches_under_the_rule_its_probes_ran_under() -> None:
+    fields = {
+        "world_size": 2,
+        "backend": "gloo",
+        "device_type": "cpu",
+        "settings": Settings(batch_size=32, num_workers=1),
+        "kwargs": {},
+        "rank_cpus": 1,
+        "user_batch_size": 64,
+    }
+    fixed = DdpResult(**fields, allocator="fixed")  # type: ignore[arg-type]
+    assert "MALLOC_MMAP_THRESHOLD_=33554432" in fixed.torchrun()
+    assert "autotune.fix_allocator()" in fixed.to_code()
+    saved = fixed.to_dict()
+    assert DdpResult.from_dict(saved) == fixed
+    del saved["allocator"]  # as a study written before the rule was recorded
+    older = DdpResult.from_dict(saved)
+    assert older.torchrun() == "OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 train.py"
+    assert "fix_allocator" not in older.to_code() and "import autotune" not in older.to_code()

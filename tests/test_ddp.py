@@ -426,6 +426,7 @@ def test_a_ddp_result_reads_back_what_it_wrote() -> None:
         visible="0,1,2,3",
         figures=figures(4000),
         single_samples_per_s=1100.0,
+        allocator="fixed",
     )
     data = json.loads(json.dumps(ddp.to_dict()))
     assert DdpResult.from_dict(data) == ddp

@@ -257,6 +257,11 @@ def test_the_choice_is_recorded_for_load_and_show(
     assert result.baseline is not None and result.baseline.settings.num_workers == 0
     assert result.samples_per_s > 0 and result.baseline.samples_per_s > 0
     assert result.figures.windows
+    # the allocator rule its loaders ran under, for the code it emits
+    assert result.workload["allocator"] == autotune.fix_allocator()
+    assert ("autotune.fix_allocator()" in result.to_code()) == (
+        result.workload["allocator"] == "fixed"
+    )
     from autotune.cli import main
 
     assert main(["show", str(path)]) == 0

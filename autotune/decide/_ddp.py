@@ -209,6 +209,7 @@ def run_ddp_stage(
         measurements=tuple(probe.measurements),
         notes=tuple(notes),
         failure=chosen.failure,
+        allocator=info.get("allocator"),
     )
     return winner, result
 

@@ -32,6 +32,7 @@ from autotune.inloop._watch import Watch
 from autotune.machine._machine import detect_machine
 from autotune.probe import Figures, Measurement, Window
 from autotune.result._result import SearchResult
+from autotune.settings._allocator import fix_allocator
 from autotune.settings._settings import Settings
 
 
@@ -323,7 +324,12 @@ class Tuner:
             device=self.options.device,
             machine=detect_machine(self.options.device.split(":")[0]),
             tolerance=self.options.climb.tolerance,
-            workload={"online": True, "epoch_batches": self.epoch_batches},
+            # the rule its loaders were built under (fix_allocator is idempotent)
+            workload={
+                "online": True,
+                "epoch_batches": self.epoch_batches,
+                "allocator": fix_allocator(),
+            },
         )
         self._save(path, record, trials=True)
 

@@ -79,6 +79,9 @@ class DdpResult:
     notes: tuple[str, ...] = ()
     failure: Failure | None = None
     """Why the DDP probe of the chosen config failed (the settings still apply per rank)."""
+    allocator: str | None = None
+    """The C allocator's rule the probes ran under (:func:`autotune.fix_allocator`'s
+    answer); None: not recorded (a study from before autotune fixed it)."""
 
     @property
     def global_batch_size(self) -> int:
@@ -107,6 +110,7 @@ class DdpResult:
             device_type=self.device_type,
             visible=self.visible,
             threads=self.threads,
+            allocator=self.allocator,
         )
 
     @property
@@ -130,6 +134,7 @@ class DdpResult:
             device_type=self.device_type,
             world_size=self.world_size,
             launch=self.torchrun(),
+            allocator=self.allocator,
             dataset=dataset,
         )
 
@@ -186,6 +191,7 @@ class DdpResult:
             "measurements": [m.to_dict() for m in self.measurements],
             "notes": list(self.notes),
             "failure": self.failure.to_dict() if self.failure else None,
+            "allocator": self.allocator,
         }
 
     @classmethod
@@ -204,4 +210,5 @@ class DdpResult:
             measurements=tuple(DdpMeasurement.from_dict(m) for m in data.get("measurements", ())),
             notes=tuple(data.get("notes", ())),
             failure=Failure.from_dict(data["failure"]) if data.get("failure") else None,
+            allocator=data.get("allocator"),
         )

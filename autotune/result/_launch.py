@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.settings._allocator import launch_words
-from autotune.settings._settings import ALLOCATOR_LINE, Settings
+from autotune.settings._allocator import calls_autotune, code_lines, launch_words
+from autotune.settings._settings import Settings
 
 SCRIPT = "train.py"
 """Stands for the user's training script in the torchrun line."""
@@ -20,6 +20,7 @@ def torchrun_line(
     device_type: str,
     visible: str | None,
     threads: int,
+    allocator: str | None = "fixed",
     script: str = SCRIPT,
 ) -> str:
     """The command that starts ``world_size`` ranks on this node.
@@ -29,15 +30,16 @@ def torchrun_line(
         device_type: "cuda" or "cpu".
         visible: CUDA_VISIBLE_DEVICES for the selected GPUs; None: leave it as it is.
         threads: torch's intra-op threads per rank (torchrun would otherwise set 1).
+        allocator: the C allocator's rule the configs were measured under
+            (:mod:`autotune.settings._allocator`): "fixed" puts glibc malloc's fixed
+            thresholds in the line.
         script: the training script.
-
-    The line carries glibc malloc's fixed thresholds too (:mod:`autotune.settings._allocator`).
     """
     words = []
     if device_type == "cuda" and visible is not None:
         words.append(f"CUDA_VISIBLE_DEVICES={visible}")
     words.append(f"OMP_NUM_THREADS={threads}")
-    words += launch_words()  # the allocator rule every config was measured under
+    words += launch_words(allocator)
     words += ["torchrun", "--standalone", f"--nproc-per-node={world_size}", script]
     return " ".join(words)
 
@@ -93,14 +95,16 @@ def ddp_code(
     device_type: str,
     world_size: int,
     launch: str,
+    allocator: str | None = "fixed",
     dataset: str = "dataset",
 ) -> str:
-    """Python source for one rank: process group, sampler, tuned loader, DDP model."""
+    """Python source for one rank: process group, sampler, tuned loader, DDP model
+    (``allocator`` as for :func:`torchrun_line`)."""
     on_gpu = device_type == "cuda"
     lines = [
         "import os",
         "",
-        "import autotune",
+        *(["import autotune"] if calls_autotune(allocator) else []),
         *(["import threadpoolctl"] if settings.worker_init_code() else []),
         "import torch",
         "import torch.distributed as dist",
@@ -108,7 +112,7 @@ def ddp_code(
         "from torch.utils.data.distributed import DistributedSampler",
         "",
         f"# launch: {launch}",
-        ALLOCATOR_LINE,
+        *code_lines(allocator),
         f'dist.init_process_group("{backend}")',
         'local_rank = int(os.environ["LOCAL_RANK"])',
     ]

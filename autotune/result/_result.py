@@ -234,7 +234,9 @@ class SearchResult:
         if self.ddp is not None:
             code = self.ddp.to_code(dataset=dataset)
         else:
-            code = self.settings.to_code(dataset=dataset, device=self.device)
+            code = self.settings.to_code(
+                dataset=dataset, device=self.device, allocator=self.workload.get("allocator")
+            )
         return code + "".join(f"{line}\n" for line in self.batch_notes(comment=True))
 
     def batch_notes(self, *, comment: bool = False) -> list[str]:

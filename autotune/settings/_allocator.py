@@ -104,6 +104,40 @@ def fix_allocator() -> AllocatorState:
     return "fixed"
 
 
-def launch_words() -> list[str]:
-    """The environment assignments a launch line carries for the same rule."""
+CALL = "autotune.fix_allocator()  # glibc malloc's thresholds fixed, as measured"
+"""The line of emitted code that applies the rule the figures were measured under."""
+_MEASURED_UNDER = {
+    "user's": "# measured under your own malloc thresholds (MALLOC_*_THRESHOLD_ or "
+    "GLIBC_TUNABLES): train with them set",
+    "off": "# measured under glibc's own malloc thresholds (AUTOTUNE_FIX_ALLOCATOR=0): "
+    "train with it set",
+    None: "# measured under glibc's own malloc thresholds (by an autotune from before it "
+    "fixed them)",
+}
+"""What emitted code says instead of :data:`CALL` for figures measured under another rule
+(None: a result that recorded none, from before the rule)."""
+
+
+def code_lines(measured_under: str | None) -> list[str]:
+    """The lines emitted code carries for the allocator rule its figures were measured
+    under (:func:`fix_allocator`'s answer in the probes, None where the result recorded
+    none): the call for "fixed", a comment naming the rule otherwise, nothing off glibc.
+    Code that calls it needs ``import autotune`` (:func:`calls_autotune`)."""
+    if measured_under == "fixed":
+        return [CALL]
+    comment = _MEASURED_UNDER.get(measured_under)
+    return [comment] if comment else []
+
+
+def calls_autotune(measured_under: str | None) -> bool:
+    """Whether :func:`code_lines` calls autotune (the code then imports it)."""
+    return measured_under == "fixed"
+
+
+def launch_words(measured_under: str | None) -> list[str]:
+    """The environment assignments a launch line carries for the rule the figures were
+    measured under: autotune's fixed thresholds; none for any other rule (the user's
+    own variables, or glibc's, are the environment the line runs in already)."""
+    if measured_under != "fixed":
+        return []
     return [f"{name}={value}" for name, value in ENVIRONMENT.items()]

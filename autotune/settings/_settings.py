@@ -13,15 +13,13 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from autotune._errors import ConfigError
+from autotune.settings._allocator import calls_autotune, code_lines
 from autotune.settings._loader import build_loader
 
 AmpMode = Literal["off", "bf16", "fp16"]
 AMP_MODES: tuple[AmpMode, ...] = ("off", "bf16", "fp16")
 TORCH_PREFETCH = 2
 """torch's DataLoader prefetch_factor when workers load and none is given."""
-ALLOCATOR_LINE = "autotune.fix_allocator()  # glibc malloc's thresholds fixed, as measured"
-"""The code line that runs the training under the allocator rule it was measured with
-(:mod:`autotune.settings._allocator`)."""
 WORKER_THREADS = 1
 """The native threads per worker autotune's configs use unless the space says
 otherwise: what torch already gives its own pool in a worker."""
@@ -139,10 +137,19 @@ class Settings:
         return " ".join(parts)
 
     # ----------------------------------------------------------------- as code
-    def to_code(self, *, dataset: str = "dataset", device: str = "cpu") -> str:
-        """Python source that builds the tuned loader and applies the training knobs."""
+    def to_code(
+        self, *, dataset: str = "dataset", device: str = "cpu", allocator: str | None = "fixed"
+    ) -> str:
+        """Python source that builds the tuned loader and applies the training knobs.
+
+        Args:
+            allocator: the C allocator's rule the settings were measured under
+                (:func:`autotune.fix_allocator`'s answer; None: not recorded): "fixed"
+                puts the call in the code, another rule a comment that names it.
+        """
         imports = ["import threadpoolctl"] if self.worker_init_code() else []
-        lines = ["import autotune", *imports, "import torch", "", ALLOCATOR_LINE]
+        own = ["import autotune"] if calls_autotune(allocator) else []
+        lines = [*own, *imports, "import torch", "", *code_lines(allocator)]
         lines += self.worker_init_code()
         if self.threads is not None:
             lines.append(f"torch.set_num_threads({self.threads})")
