@@ -207,7 +207,7 @@ def test_the_code_and_the_launch_line_carry_the_rule() -> None:
     ],
 )
 def test_figures_measured_under_another_rule_are_not_sold_as_the_fixed_one(
-    measured_under: str | None, says: str
+    measured_under: _allocator.AllocatorState | None, says: str
 ) -> None:
     settings = Settings(batch_size=32, num_workers=2)
     code = settings.to_code(allocator=measured_under)

@@ -9,6 +9,7 @@ from typing import Any
 from autotune._format import format_rate
 from autotune.probe import Failure, Figures
 from autotune.result._launch import accumulation_steps, ddp_code, lr_note, torchrun_line
+from autotune.settings._allocator import AllocatorState
 from autotune.settings._settings import Settings
 
 
@@ -79,7 +80,7 @@ class DdpResult:
     notes: tuple[str, ...] = ()
     failure: Failure | None = None
     """Why the DDP probe of the chosen config failed (the settings still apply per rank)."""
-    allocator: str | None = None
+    allocator: AllocatorState | None = None
     """The C allocator's rule the probes ran under (:func:`autotune.fix_allocator`'s
     answer); None: not recorded (a study from before autotune fixed it)."""
 

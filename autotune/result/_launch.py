@@ -7,7 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.settings._allocator import calls_autotune, code_lines, launch_words
+from autotune.settings._allocator import (
+    AllocatorState,
+    calls_autotune,
+    code_lines,
+    launch_words,
+)
 from autotune.settings._settings import Settings
 
 SCRIPT = "train.py"
@@ -20,7 +25,7 @@ def torchrun_line(
     device_type: str,
     visible: str | None,
     threads: int,
-    allocator: str | None = "fixed",
+    allocator: AllocatorState | None = "fixed",
     script: str = SCRIPT,
 ) -> str:
     """The command that starts ``world_size`` ranks on this node.
@@ -95,7 +100,7 @@ def ddp_code(
     device_type: str,
     world_size: int,
     launch: str,
-    allocator: str | None = "fixed",
+    allocator: AllocatorState | None = "fixed",
     dataset: str = "dataset",
 ) -> str:
     """Python source for one rank: process group, sampler, tuned loader, DDP model

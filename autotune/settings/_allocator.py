@@ -106,7 +106,7 @@ def fix_allocator() -> AllocatorState:
 
 CALL = "autotune.fix_allocator()  # glibc malloc's thresholds fixed, as measured"
 """The line of emitted code that applies the rule the figures were measured under."""
-_MEASURED_UNDER = {
+_MEASURED_UNDER: dict[AllocatorState | None, str] = {
     "user's": "# measured under your own malloc thresholds (MALLOC_*_THRESHOLD_ or "
     "GLIBC_TUNABLES): train with them set",
     "off": "# measured under glibc's own malloc thresholds (AUTOTUNE_FIX_ALLOCATOR=0): "
@@ -118,7 +118,7 @@ _MEASURED_UNDER = {
 (None: a result that recorded none, from before the rule)."""
 
 
-def code_lines(measured_under: str | None) -> list[str]:
+def code_lines(measured_under: AllocatorState | None) -> list[str]:
     """The lines emitted code carries for the allocator rule its figures were measured
     under (:func:`fix_allocator`'s answer in the probes, None where the result recorded
     none): the call for "fixed", a comment naming the rule otherwise, nothing off glibc.
@@ -129,12 +129,12 @@ def code_lines(measured_under: str | None) -> list[str]:
     return [comment] if comment else []
 
 
-def calls_autotune(measured_under: str | None) -> bool:
+def calls_autotune(measured_under: AllocatorState | None) -> bool:
     """Whether :func:`code_lines` calls autotune (the code then imports it)."""
     return measured_under == "fixed"
 
 
-def launch_words(measured_under: str | None) -> list[str]:
+def launch_words(measured_under: AllocatorState | None) -> list[str]:
     """The environment assignments a launch line carries for the rule the figures were
     measured under: autotune's fixed thresholds; none for any other rule (the user's
     own variables, or glibc's, are the environment the line runs in already)."""

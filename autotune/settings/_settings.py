@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from autotune._errors import ConfigError
-from autotune.settings._allocator import calls_autotune, code_lines
+from autotune.settings._allocator import AllocatorState, calls_autotune, code_lines
 from autotune.settings._loader import build_loader
 
 AmpMode = Literal["off", "bf16", "fp16"]
@@ -138,7 +138,11 @@ class Settings:
 
     # ----------------------------------------------------------------- as code
     def to_code(
-        self, *, dataset: str = "dataset", device: str = "cpu", allocator: str | None = "fixed"
+        self,
+        *,
+        dataset: str = "dataset",
+        device: str = "cpu",
+        allocator: AllocatorState | None = "fixed",
     ) -> str:
         """Python source that builds the tuned loader and applies the training knobs.
 
