@@ -8,6 +8,17 @@ with the probe) one right after the other (:mod:`benchmarks._side_by_side`), so 
 a machine that drifts between the search and the check moves both. A table per
 workload sets the search's figure, the probe's and the plain loop's side by side.
 
+The probe is timed as long as one probe of a search's confirming rounds
+(:func:`confirming_seconds`, 4.5 s with the default options), the span behind every
+figure a search prints, and the plain loop as long. A shorter span tests a figure no
+search reports: io-bound's choice (15 persistent workers, an epoch of 1.5 s with a
+stall at its end) read by 3 windows of 0.5 s came out 1,400 samples/s in 7 of 9
+rounds and ~1,300 in 2 (whether the span held the epoch's stall), 1.048 of the plain
+loop's 1,335; by 9 windows, 1.000 (7 rounds each, ``tools/probe_vs_plain.py``).
+
+``--from-studies DIR`` reads each workload's search from the study an earlier run kept
+(``--study-dir``) instead of searching again: the side-by-side rounds alone.
+
 A config **agrees** when the probe's median is within 5% of the plain loop's, or when
 the plain loop's own spread between rounds (half its range over its median) covers
 the gap: the loop cannot tell them apart more finely than that.
@@ -39,14 +50,21 @@ DEFAULT_ROUNDS = 5
 Say = Callable[[str], None]
 
 
+def confirming_seconds() -> float:
+    """The timed part of one probe in a search's confirming rounds, with the default
+    options: its windows, end to end."""
+    options = autotune.SearchOptions()
+    return options.window_seconds * options.max_windows
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AgreementOptions:
     """How long to search and to measure."""
 
     rounds: int = DEFAULT_ROUNDS
     """Interleaved rounds of the plain loop."""
-    seconds: float = 1.5
-    """Timed part of one plain-loop measurement."""
+    seconds: float = dataclasses.field(default_factory=confirming_seconds)
+    """Timed part of one measurement, by the probe and by the plain loop."""
     warmup: float = 0.5
     """Untimed training before it."""
     trials: int | None = None
@@ -54,6 +72,9 @@ class AgreementOptions:
     seed: int = 0
     study_dir: Path | None = None
     """Where the searches' studies are kept; None: a temporary folder, removed."""
+    from_studies: Path | None = None
+    """Read each workload's search from its newest study here (``agreement-<config's
+    stem>-seed<seed>-*.db``, as ``study_dir`` keeps them) instead of searching."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -123,8 +144,9 @@ class Searched:
     options: dict[str, Any]
     """What ``autotune.search`` was given, the study left out."""
     study: Path
-    wall_s: float
-    """Wall time of the call: preflight, exploration, confirmation and ceilings."""
+    wall_s: float | None
+    """Wall time of the call: preflight, exploration, confirmation and ceilings; None:
+    read from a study searched before."""
 
 
 def run_search(
@@ -158,16 +180,39 @@ def run_search(
     )
 
 
+def read_search(workload: BenchWorkload, folder: Path, *, seed: int, say: Say) -> Searched:
+    """The newest search of ``workload`` with ``seed`` kept in ``folder`` by
+    :func:`run_search`.
+
+    Raises:
+        FileNotFoundError: ``folder`` holds none.
+    """
+    pattern = f"agreement-{workload.config.stem}-seed{seed}-*.db"
+    found = sorted(folder.glob(pattern))  # the stamp sorts by time
+    if not found:
+        raise FileNotFoundError(
+            f"no study {pattern} in {folder}; run the check with --study-dir {folder} first, "
+            "or leave out --from-studies to search"
+        )
+    say(f"reading the search from {found[-1]}")
+    return Searched(
+        result=autotune.load(found[-1]), options={"seed": seed}, study=found[-1], wall_s=None
+    )
+
+
 def run_workload(
     workload: BenchWorkload, options: AgreementOptions, machine: autotune.Machine, say: Say
 ) -> dict[str, Any]:
     """Search one workload, measure the default and the choice with the plain loop;
     returns its section of the results (JSON types only)."""
     began = time.perf_counter()
-    with study_folder(options.study_dir) as folder:
-        searched = run_search(
-            workload, folder, seed=options.seed, trials=options.trials, machine=machine, say=say
-        )
+    if options.from_studies is not None:
+        searched = read_search(workload, options.from_studies, seed=options.seed, say=say)
+    else:
+        with study_folder(options.study_dir) as folder:
+            searched = run_search(
+                workload, folder, seed=options.seed, trials=options.trials, machine=machine, say=say
+            )
     result = searched.result
     sides = probe_sides(result, result.user_batch)
     pairs = _side_by_side(workload, sides, options, result.device, say)
@@ -177,7 +222,8 @@ def run_workload(
         "device": result.device,
         "search": {
             "options": searched.options,
-            "study": str(searched.study) if options.study_dir else None,
+            "study": str(searched.study) if options.study_dir or options.from_studies else None,
+            "read": options.from_studies is not None,
             "wall_s": searched.wall_s,
             "confirmed": result.confirmed,
             "probe_rounds": result.rounds,
@@ -294,10 +340,15 @@ def markdown(section: Mapping[str, Any]) -> str:
     lines = [title, "", HEADER, "|" + " --- |" * 7]
     lines += ["| " + " | ".join(_cells(row)) + " |" for row in section["rows"]]
     search = section["search"]
+    took = (
+        f"search read from {Path(search['study']).name}"
+        if search.get("read")
+        else f"search {search['wall_s']:.0f} s"
+    )
     lines += [
         "",
         f"Probe: {search['probe_rounds']} confirming rounds, noise {search['probe_noise']:.1%}"
-        f"{'' if search['confirmed'] else ', not confirmed'}; search {search['wall_s']:.0f} s. "
+        f"{'' if search['confirmed'] else ', not confirmed'}; {took}. "
         f"Device: {section['device']}.",
     ]
     return "\n".join(lines) + "\n"

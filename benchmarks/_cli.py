@@ -3,8 +3,8 @@
     python -m benchmarks [--quick] [--workloads NAME,...|all] [--rounds N] [--seed N]
                          [--out DIR] [--summary PATH | --no-summary] [--keep-data]
     python -m benchmarks --agreement [--workloads NAME,...] [--rounds N] [--seconds S]
-                         [--warmup S] [--trials N] [--study-dir DIR] [--seed N]
-                         [--out PATH] [--keep-data]
+                         [--warmup S] [--trials N] [--study-dir DIR | --from-studies DIR]
+                         [--seed N] [--out PATH] [--keep-data]
     python -m benchmarks --online [--workloads NAME,...] [--rounds N] [--seconds S]
                          [--warmup S] [--grid JSON] [--epoch-scale F] [--seed N]
                          [--out PATH] [--keep-data]
@@ -126,7 +126,9 @@ def _agreement_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--seconds",
         type=float,
-        help="timed part of one plain-loop measurement (default 1.5; also --online, --generalise)",
+        help="timed part of one measurement (--agreement: by the probe and by the plain loop, "
+        "default as long as a confirming round's probe, 4.5 s; --online, --generalise: of the "
+        "plain loop, default 1.5)",
     )
     group.add_argument(
         "--warmup",
@@ -137,6 +139,12 @@ def _agreement_arguments(parser: argparse.ArgumentParser) -> None:
         "--study-dir",
         type=Path,
         help="keep the searches' studies here (default: not kept; also --generalise)",
+    )
+    group.add_argument(
+        "--from-studies",
+        type=Path,
+        help="read each workload's search from the newest study a run with --study-dir kept "
+        "in DIR, instead of searching again",
     )
 
 
@@ -170,6 +178,7 @@ _MODES = ("agreement", "online", "generalise")
 _ONLY: dict[str, tuple[str, ...]] = {
     "trials": ("agreement", "generalise"),
     "study_dir": ("agreement", "generalise"),
+    "from_studies": ("agreement",),
     "seconds": ("agreement", "online", "generalise"),
     "warmup": ("agreement", "online", "generalise"),
     "grid": ("online", "generalise"),
@@ -319,25 +328,56 @@ def _agreement_main(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"python -m benchmarks: {error}", file=sys.stderr)
         return 2
+    problem = _from_studies_problem(args)
+    if problem is not None:
+        print(f"python -m benchmarks: {problem}", file=sys.stderr)
+        return 2
     options = _agreement.AgreementOptions(
         rounds=args.rounds or _agreement.DEFAULT_ROUNDS,
-        seconds=args.seconds if args.seconds is not None else 1.5,
+        seconds=args.seconds if args.seconds is not None else _agreement.confirming_seconds(),
         warmup=args.warmup if args.warmup is not None else 0.5,
         trials=args.trials,
         seed=args.seed,
         study_dir=args.study_dir,
+        from_studies=args.from_studies,
     )
     machine = detect_machine()
     check = Check(
         name="agreement",
         header={
-            "options": {**dataclasses.asdict(options), "study_dir": _text(args.study_dir)},
+            "options": {
+                **dataclasses.asdict(options),
+                "study_dir": _text(args.study_dir),
+                "from_studies": _text(args.from_studies),
+            },
             "agreement": _agreement.AGREEMENT,
         },
         run=lambda workload, say: _agreement.run_workload(workload, options, machine, say),
         table=_agreement.markdown,
     )
     return run_check(check, workloads, machine, out=args.out, keep_data=args.keep_data)
+
+
+def _from_studies_problem(args: argparse.Namespace) -> str | None:
+    """--from-studies given with what only a search takes, or not a folder."""
+    if args.from_studies is None:
+        return None
+    searching = [
+        flag
+        for flag, value in (("--study-dir", args.study_dir), ("--trials", args.trials))
+        if value is not None
+    ]
+    if searching:
+        return (
+            f"--from-studies reads searches made before; {' and '.join(searching)} "
+            "apply only to a new search: give one or the other."
+        )
+    if not args.from_studies.is_dir():
+        return (
+            f"--from-studies {args.from_studies}: no such folder; expected the --study-dir "
+            "of an earlier run."
+        )
+    return None
 
 
 def _online_main(args: argparse.Namespace) -> int:

@@ -78,7 +78,7 @@ def test_a_workload_is_searched_then_both_configs_measured_by_the_plain_loop(
 
     def instrument(kind: str) -> Any:
         def measure(config: Path, settings: Settings, **options: Any) -> float:
-            assert options["device"] == "cpu" and options["seconds"] == 1.5
+            assert options["device"] == "cpu" and options["seconds"] == 4.5
             order.append((kind, settings.describe()))
             return next(figures[kind, settings.key()])
 
@@ -114,6 +114,47 @@ def test_a_workload_is_searched_then_both_configs_measured_by_the_plain_loop(
     assert "205 (±2.4%) | 1.220 | disagrees" in table
 
 
+def test_the_probe_is_timed_as_long_as_a_confirming_rounds_probe() -> None:
+    search = autotune.SearchOptions()
+    seconds = _agreement.AgreementOptions().seconds
+    request = _side_by_side.probe_request(
+        Path("w.py"), CHOSEN, seconds=seconds, warmup=0.5, device="cpu", seed=0
+    )
+    assert request.window_seconds == search.window_seconds
+    assert request.max_windows == search.max_windows
+
+
+def test_a_search_kept_before_is_read_not_run_again(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for stamp in ("20261128-230000", "20261129-010000"):
+        (tmp_path / f"agreement-compute_bound-seed0-{stamp}.db").touch()
+    (tmp_path / "agreement-compute_bound-seed1-20261130-000000.db").touch()  # another seed
+    loaded: list[Path] = []
+
+    def load(path: Path) -> Any:
+        loaded.append(path)
+        return fake_result()
+
+    def search(config: Path, **options: Any) -> Any:
+        raise AssertionError("searched again")
+
+    monkeypatch.setattr(autotune, "load", load)
+    monkeypatch.setattr(autotune, "search", search)
+    monkeypatch.setattr(_side_by_side, "probe_rate", lambda *a, **k: 100.0)
+    monkeypatch.setattr(_side_by_side, "measure", lambda *a, **k: 100.0)
+    workload = find(["compute-bound"])[0]
+    options = _agreement.AgreementOptions(rounds=1, from_studies=tmp_path)
+    machine: Any = types.SimpleNamespace(gpus=())
+    section = _agreement.run_workload(workload, options, machine, lambda _: None)
+
+    assert loaded == [tmp_path / "agreement-compute_bound-seed0-20261129-010000.db"]
+    assert section["search"]["read"] and section["search"]["wall_s"] is None
+    assert "search read from agreement-compute_bound-seed0-20261129-010000.db." in markdown(section)
+    with pytest.raises(FileNotFoundError, match="no study agreement-io_bound-seed0-"):
+        _agreement.run_workload(find(["io-bound"])[0], options, machine, lambda _: None)
+
+
 def test_a_default_chosen_is_measured_once() -> None:
     sides = _agreement.probe_sides(fake_result(settings=DEFAULT, samples_per_s=100.0), 64)
     assert [side.settings for side in sides] == [DEFAULT, DEFAULT]
@@ -128,6 +169,9 @@ def test_a_default_chosen_is_measured_once() -> None:
         ["agreement", "--quick"],
         ["--agreement", "--trials", "0"],
         ["agreement", "--workloads", "tape-drive"],
+        ["agreement", "--from-studies", ".", "--trials", "4"],  # reads, does not search
+        ["agreement", "--from-studies", "no/such/folder"],
+        ["generalise", "--from-studies", "."],
     ],
 )
 def test_the_command_line_refuses_what_does_not_apply(argv: list[str]) -> None:
