@@ -459,6 +459,23 @@ def test_the_runoff_verdict_compares_through_the_default_beside_each() -> None:
     assert runoff_verdict([ahead, slowed], base, tolerance=0.03, user_batch=32) is slowed
 
 
+def test_equal_cost_contenders_within_the_tolerance_go_to_the_faster_beside_the_default() -> None:
+    base = default(100, 100, 100)
+    bf16 = Settings(batch_size=32, amp="bf16")
+    fp16 = Settings(batch_size=32, amp="fp16")  # the same cost as bf16
+    # bf16 reads more samples/s on its own (150 against 148), but fp16 ran while the
+    # default beside it read 97: 1.526x against 1.500x. Round by round 1.7% apart, within
+    # the tolerance both ways, so the figure beside the default breaks the tie.
+    ahead_alone = against(base, bf16, 150, 150, 150)
+    ahead_beside = measured(fp16, 148, 148, 148, beside=(97.0, 97.0, 97.0))
+    both = [ahead_alone, ahead_beside]
+    assert unbeaten(both, base, tolerance=0.03, user_batch=32) is ahead_beside
+    assert runoff_verdict(both, base, tolerance=0.03, user_batch=32) is ahead_beside
+    assert verdict(both, base, band=0.03, tolerance=0.03, user_batch=32) is ahead_beside
+    # Without a default, their own medians decide.
+    assert unbeaten(both, None, tolerance=0.03, user_batch=32) is ahead_alone
+
+
 def test_finalists_are_compared_round_by_round_not_by_their_medians() -> None:
     # png-folder seed 3 at af1cbe0, its six rounds: the machine moved the default by 12%
     # between rounds; batch 64 and the user's batch 32 were measured side by side in each.
