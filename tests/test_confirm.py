@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 from collections import Counter
 from collections.abc import Callable
 
@@ -392,6 +393,28 @@ def test_a_runoff_decides_between_the_finalists_the_rounds_left_within_the_noise
     assert by_workers == {1: 900.0, 2: 600.0, 4: 1150.0}
     assert confirmed.baseline is not None and confirmed.baseline.samples_per_s == 500.0
     assert confirmed.confirmed and not confirmed.is_default
+
+
+def test_a_runoff_between_equal_costs_goes_to_the_faster_beside_the_default() -> None:
+    bf16, fp16 = Settings(batch_size=32, amp="bf16"), Settings(batch_size=32, amp="fp16")
+    base = (100.0, 200.0, 300.0) * 2  # the machine's speed moves from round to round
+    speedups = {
+        bf16.key(): (1.66, 1.44, 1.52, 1.60, 1.47, 1.52),  # median 1.52
+        fp16.key(): (1.56, 1.44, 1.50, 1.50, 1.50, 1.48),  # median 1.50
+    }
+
+    def rate(s: Settings, r: int) -> float:
+        return base[r] if s == DEFAULT else base[r] * speedups[s.key()][r]
+
+    explored = [Candidate(bf16, 155.0), Candidate(fp16, 150.0)]
+    _, confirmed = run(rate, explored=explored)
+    assert confirmed.rounds == 6  # the first rounds' noise (5.6%) left them to a runoff
+    # fp16's samples/s over the six rounds have the higher median (294 against 291), while
+    # bf16 ran the faster beside the default; the two cost the same and trail each other
+    # by under the tolerance, so the figure beside the default decides.
+    medians = {s.amp: statistics.median(rate(s, r) for r in range(6)) for s in (bf16, fp16)}
+    assert medians == {"bf16": 291.0, "fp16": 294.0}
+    assert confirmed.winner.settings == bf16
 
 
 def test_without_a_runoff_the_first_rounds_choose() -> None:
