@@ -149,6 +149,12 @@ class Searched:
     read from a study searched before."""
 
 
+def study_prefix(workload: BenchWorkload, seed: int, tag: str = "agreement") -> str:
+    """How the study files of ``workload``'s searches with ``seed`` begin: the time they
+    started follows, so that :func:`read_search` finds what :func:`run_search` kept."""
+    return f"{tag}-{workload.config.stem}-seed{seed}-"
+
+
 def run_search(
     workload: BenchWorkload,
     folder: Path,
@@ -163,7 +169,7 @@ def run_search(
     study in ``folder``; on a machine with several GPUs, one process on one device, as the
     plain loop trains."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    study = folder / f"{tag}-{workload.config.stem}-seed{seed}-{stamp}.db"
+    study = folder / f"{study_prefix(workload, seed, tag)}{stamp}.db"
     search: dict[str, Any] = {"seed": seed, "study": str(study)}
     if trials is not None:
         search["trials"] = trials
@@ -187,7 +193,7 @@ def read_search(workload: BenchWorkload, folder: Path, *, seed: int, say: Say) -
     Raises:
         FileNotFoundError: ``folder`` holds none.
     """
-    pattern = f"agreement-{workload.config.stem}-seed{seed}-*.db"
+    pattern = f"{study_prefix(workload, seed)}*.db"
     found = sorted(folder.glob(pattern))  # the stamp sorts by time
     if not found:
         raise FileNotFoundError(
