@@ -332,10 +332,9 @@ def _agreement_main(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"python -m benchmarks: {problem}", file=sys.stderr)
         return 2
+    given = {"rounds": args.rounds, "seconds": args.seconds, "warmup": args.warmup}
     options = _agreement.AgreementOptions(
-        rounds=args.rounds or _agreement.DEFAULT_ROUNDS,
-        seconds=args.seconds if args.seconds is not None else _agreement.confirming_seconds(),
-        warmup=args.warmup if args.warmup is not None else 0.5,
+        **{k: v for k, v in given.items() if v is not None},  # the rest: its defaults
         trials=args.trials,
         seed=args.seed,
         study_dir=args.study_dir,

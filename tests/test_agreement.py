@@ -168,6 +168,7 @@ def test_a_default_chosen_is_measured_once() -> None:
         ["--seconds", "1"],  # an agreement flag without --agreement
         ["agreement", "--quick"],
         ["--agreement", "--trials", "0"],
+        ["agreement", "--rounds", "0"],
         ["agreement", "--workloads", "tape-drive"],
         ["agreement", "--from-studies", ".", "--trials", "4"],  # reads, does not search
         ["agreement", "--from-studies", "no/such/folder"],
@@ -176,3 +177,29 @@ def test_a_default_chosen_is_measured_once() -> None:
 )
 def test_the_command_line_refuses_what_does_not_apply(argv: list[str]) -> None:
     assert _cli.main(argv) == 2
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ([], {"rounds": 5, "seconds": 4.5, "warmup": 0.5}),
+        (
+            ["--rounds", "3", "--seconds", "2", "--warmup", "1"],
+            {"rounds": 3, "seconds": 2.0, "warmup": 1.0},
+        ),
+    ],
+)
+def test_the_command_line_takes_the_options_defaults_for_what_it_leaves_out(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, flags: list[str], expected: dict[str, Any]
+) -> None:
+    checks: list[Any] = []
+
+    def run_check(check: Any, *args: Any, **kwargs: Any) -> int:
+        checks.append(check)
+        return 0
+
+    monkeypatch.setattr(_cli, "run_check", run_check)
+    argv = ["agreement", "--workloads", "compute-bound", "--from-studies", str(tmp_path)]
+    assert _cli.main([*argv, *flags]) == 0
+    options = checks[0].header["options"]
+    assert {k: options[k] for k in expected} == expected
