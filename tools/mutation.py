@@ -45,6 +45,10 @@ else:  # mutmut itself reads its configuration with toml there
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "mutants"
+TEMP = WORK / "tmp"
+"""TMPDIR of every test run: mutmut ends each mutant's forked test process with os._exit,
+past the tests' removal of their own temp directory, so those are left here and removed
+with it at the end, not in the system's temp folder."""
 EXCLUSIONS = ROOT / "tools" / "mutation_exclusions.toml"
 COPIED = ("autotune", "tests", "pyproject.toml")
 PYTEST_ARGS = ["-n0", "-p", "no:cacheprovider"]
@@ -130,8 +134,9 @@ class Report:
 
 
 def environment() -> dict[str, str]:
-    """This environment without PYTHONPATH: the tests must import the mutated copy."""
-    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    """This environment without PYTHONPATH (the tests must import the mutated copy), its
+    TMPDIR :data:`TEMP`."""
+    return {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "TMPDIR": str(TEMP)}
 
 
 def scratch_copy(directory: Path) -> None:
@@ -391,7 +396,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("mutmut not found: pip install -e '.[dev]' (it needs mutmut 3.8 or later)")
     exclusions = load_exclusions()
     names = args.names or list(PAIRS)
-    reports = [test_module(n, args.jobs, exclusions, not args.no_constants) for n in names]
+    TEMP.mkdir(parents=True, exist_ok=True)
+    try:
+        reports = [test_module(n, args.jobs, exclusions, not args.no_constants) for n in names]
+    finally:
+        shutil.rmtree(TEMP, ignore_errors=True)
     print_reports(reports, exclusions)
     failed = [r.module for r in reports if r.score < args.min_score]
     failed += [r.module for r in reports if not all(n.killed for n in r.nudges)]
