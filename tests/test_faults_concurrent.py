@@ -16,8 +16,9 @@ BOTH = dataclasses.replace(LONG, options={**LONG.options, "trials": 2, "max_wind
 
 
 def test_two_searches_on_one_study_at_once(workdir) -> None:
-    # Both start together, as processes of their own: the one started first cannot finish
-    # before the other has begun, however slowly a loaded machine starts the second.
+    # Both start together, as processes of their own, so that a loaded machine slows both
+    # start-ups alike and neither is through its search before the other begins (the
+    # second, started in this process after the first's trial #0, once was).
     cli = Running("cli", BOTH, workdir)
     api = Running("api", BOTH, workdir)
     code, stderr = cli.finish(timeout=300)
