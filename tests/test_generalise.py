@@ -23,7 +23,13 @@ from autotune.machine._machine import Machine
 from autotune.probe import Figures, Window
 from autotune.result._predict import prediction_interval
 from autotune.space._space import build_space
-from benchmarks import _cli, _generalise, _generalise_report, _generalise_rounds
+from benchmarks import (
+    _cli,
+    _generalise,
+    _generalise_cli,
+    _generalise_report,
+    _generalise_rounds,
+)
 from benchmarks._checker import CheckerError
 from benchmarks._generalise import (
     GeneraliseOptions,
@@ -517,6 +523,27 @@ def test_a_run_writes_its_files_after_every_workload_named_to_the_minute(
     assert results["mode"] == "generalise" and results["options"]["seeds"] == 1
     assert results["targets"]["median_vs_grid"] == 0.97
     assert results["workloads"] == [{"name": "io-bound", "error": "RuntimeError: no figures today"}]
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ([], GeneraliseOptions(grid=parse_grid(None))),  # every default is the options'
+        (
+            ["--seeds", "2", "--rounds", "4", "--final-rounds", "6", "--warmup", "0"],
+            GeneraliseOptions(seeds=2, rounds=4, final_rounds=6, warmup=0.0),
+        ),
+        (
+            ["--seconds", "2", "--trials", "7", "--seed", "5", "--study-dir", "s"],
+            GeneraliseOptions(seconds=2.0, trials=7, plain_seed=5, study_dir=Path("s")),
+        ),
+    ],
+)
+def test_the_options_take_what_is_given_and_their_own_defaults_for_the_rest(
+    flags: list[str], expected: GeneraliseOptions
+) -> None:
+    args = _cli._parser().parse_args(["--generalise", *flags])
+    assert _generalise_cli.options(args) == expected
 
 
 def test_merge_writes_one_set_of_files(tmp_path: Path) -> None:

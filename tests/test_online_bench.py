@@ -4,6 +4,7 @@ kind of loader in a new process on a tiny config."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -191,6 +192,30 @@ def test_the_command_line_refuses_what_does_not_apply(
 ) -> None:
     assert _cli.main(argv) == 2
     assert capsys.readouterr().err.startswith("python -m benchmarks: ")
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ([], OnlineOptions()),  # every default is the options'
+        (
+            ["--rounds", "2", "--seconds", "1", "--warmup", "0", "--epoch-scale", "0.5"],
+            OnlineOptions(rounds=2, seconds=1.0, warmup=0.0, epoch_scale=0.5),
+        ),
+    ],
+)
+def test_the_command_line_takes_the_options_defaults_for_what_it_leaves_out(
+    monkeypatch: pytest.MonkeyPatch, flags: list[str], expected: OnlineOptions
+) -> None:
+    checks: list[Any] = []
+
+    def run_check(check: Any, *args: Any, **kwargs: Any) -> int:
+        checks.append(check)
+        return 0
+
+    monkeypatch.setattr(_cli, "run_check", run_check)
+    assert _cli.main(["online", "--workloads", "io-bound", *flags]) == 0
+    assert checks[0].header["options"] == dataclasses.asdict(expected)
 
 
 def test_the_command_line_writes_json_and_markdown(
