@@ -51,7 +51,7 @@ from autotune import SpaceError
 from autotune.machine._machine import Machine, detect_machine
 from benchmarks import _agreement, _generalise, _generalise_cli, _online, _report
 from benchmarks._run import run_workload
-from benchmarks._runs import FORMAT, Check, Clock, cleanup, git, host, run_check, versions
+from benchmarks._runs import FORMAT, Check, Clock, cleanup, git, given, host, run_check, versions
 from benchmarks._workloads import (
     WORKLOADS,
     find,
@@ -332,9 +332,8 @@ def _agreement_main(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"python -m benchmarks: {problem}", file=sys.stderr)
         return 2
-    given = {"rounds": args.rounds, "seconds": args.seconds, "warmup": args.warmup}
     options = _agreement.AgreementOptions(
-        **{k: v for k, v in given.items() if v is not None},  # the rest: its defaults
+        **given(args, "rounds", "seconds", "warmup"),
         trials=args.trials,
         seed=args.seed,
         study_dir=args.study_dir,
@@ -391,12 +390,7 @@ def _online_main(args: argparse.Namespace) -> int:
         print(f"python -m benchmarks: {error}", file=sys.stderr)
         return 2
     options = _online.OnlineOptions(
-        rounds=args.rounds or _online.DEFAULT_ROUNDS,
-        seconds=args.seconds if args.seconds is not None else 1.5,
-        warmup=args.warmup if args.warmup is not None else 0.5,
-        grid=grid,
-        epoch_scale=args.epoch_scale if args.epoch_scale is not None else 1.0,
-        seed=args.seed,
+        **given(args, "rounds", "seconds", "warmup", "epoch_scale"), grid=grid, seed=args.seed
     )
     check = Check(
         name="online",

@@ -21,7 +21,7 @@ from typing import Any
 from autotune.machine._machine import detect_machine
 from benchmarks import _generalise, _generalise_report, _generalise_rounds, _generalise_targets
 from benchmarks._generalise import GeneraliseOptions, parse_grid
-from benchmarks._runs import Check, results_path, run_check
+from benchmarks._runs import Check, given, results_path, run_check
 from benchmarks._workloads import BenchWorkload, find
 
 STAMP = "%Y-%m-%d-%H%M"
@@ -94,15 +94,11 @@ def options(args: argparse.Namespace) -> GeneraliseOptions:
         ValueError: a ``--grid`` that is not a grid.
     """
     return GeneraliseOptions(
-        seeds=args.seeds or _generalise.DEFAULT_SEEDS,
-        rounds=args.rounds or _generalise.DEFAULT_ROUNDS,
-        seconds=args.seconds if args.seconds is not None else 1.5,
-        warmup=args.warmup if args.warmup is not None else 0.5,
+        **given(args, "seeds", "rounds", "seconds", "warmup", "final_rounds"),
         grid=parse_grid(args.grid),
         trials=args.trials,
         plain_seed=args.seed,
         study_dir=args.study_dir,
-        final_rounds=args.final_rounds or _generalise_rounds.FINAL_ROUNDS,
     )
 
 

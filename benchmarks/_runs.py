@@ -5,6 +5,7 @@ benchmark)."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import datetime
 import importlib.util
@@ -112,6 +113,13 @@ def run_check(
             cleanup(workloads)
     clock.say(f"results: {', '.join(str(p) for p in written)}")
     return 1 if any("error" in s for s in results["workloads"]) else 0
+
+
+def given(args: argparse.Namespace, *names: str) -> dict[str, Any]:
+    """The flags among ``names`` the command line was given (those not None), by name: a
+    check's options take them and their own defaults for the rest, so that a default is
+    written once, in the options."""
+    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
 
 
 def results_path(out: Path, name: str, started: datetime.datetime, stamp: str = "%Y-%m-%d") -> Path:
