@@ -528,3 +528,29 @@ def test_where_every_finalist_trails_another_the_fastest_side_by_side_is_chosen(
     assert unbeaten([one, two, four], base, tolerance=0.03, user_batch=32) is four
     with pytest.raises(ValueError, match="no config"):
         unbeaten([], base, tolerance=0.03, user_batch=32)
+
+
+def test_where_every_finalist_trails_another_and_none_is_complete_nothing_is_chosen() -> None:
+    # The circle above, each config with a failed fourth round: none can be chosen.
+    base = default(100, 100, 100, 100)
+    one = against(base, workers(1), 300, 100, 200, None)
+    two = against(base, workers(2), 200, 300, 100, None)
+    four = against(base, workers(4), 100, 210, 300, None)
+    with pytest.raises(ValueError, match="no config was measured in every round"):
+        unbeaten([one, two, four], base, tolerance=0.03, user_batch=32)
+
+
+def test_trailing_by_exactly_the_tolerance_is_within_it() -> None:
+    cheap = measured(workers(1), 75, 75, 75)
+    dear = measured(workers(8), 100, 100, 100)
+    assert paired(cheap, dear) == 0.75
+    assert unbeaten([dear, cheap], None, tolerance=0.25, user_batch=32) is cheap
+    assert unbeaten([dear, cheap], None, tolerance=0.24, user_batch=32) is dear
+
+
+def test_pairing_skips_a_round_the_other_read_nothing_in_and_rounds_only_one_has() -> None:
+    config = measured(workers(1), 100, 100, 100)
+    # The other's first round read 0 samples/s: no ratio to take there.
+    assert paired(config, measured(workers(4), 0, 50, 50)) == 2.0
+    # The other was measured in two rounds only: the rounds both have are paired.
+    assert paired(config, measured(workers(4), 50, 50)) == 2.0
