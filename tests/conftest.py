@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -83,6 +84,22 @@ def write_config(workdir: Path) -> Callable[..., Path]:
         return path
 
     return write
+
+
+@pytest.fixture
+def checks_run(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The checks ``python -m benchmarks`` hands to its runner, which runs none of them:
+    what a mode made of its flags, without measuring."""
+    from benchmarks import _cli
+
+    checks: list[Any] = []
+
+    def run_check(check: Any, *args: Any, **kwargs: Any) -> int:
+        checks.append(check)
+        return 0
+
+    monkeypatch.setattr(_cli, "run_check", run_check)
+    return checks
 
 
 def _is_ray(process: psutil.Process) -> bool:

@@ -190,16 +190,9 @@ def test_the_command_line_refuses_what_does_not_apply(argv: list[str]) -> None:
     ],
 )
 def test_the_command_line_takes_the_options_defaults_for_what_it_leaves_out(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, flags: list[str], expected: dict[str, Any]
+    checks_run: list[Any], tmp_path: Path, flags: list[str], expected: dict[str, Any]
 ) -> None:
-    checks: list[Any] = []
-
-    def run_check(check: Any, *args: Any, **kwargs: Any) -> int:
-        checks.append(check)
-        return 0
-
-    monkeypatch.setattr(_cli, "run_check", run_check)
     argv = ["agreement", "--workloads", "compute-bound", "--from-studies", str(tmp_path)]
     assert _cli.main([*argv, *flags]) == 0
-    options = checks[0].header["options"]
+    options = checks_run[0].header["options"]
     assert {k: options[k] for k in expected} == expected

@@ -205,17 +205,10 @@ def test_the_command_line_refuses_what_does_not_apply(
     ],
 )
 def test_the_command_line_takes_the_options_defaults_for_what_it_leaves_out(
-    monkeypatch: pytest.MonkeyPatch, flags: list[str], expected: OnlineOptions
+    checks_run: list[Any], flags: list[str], expected: OnlineOptions
 ) -> None:
-    checks: list[Any] = []
-
-    def run_check(check: Any, *args: Any, **kwargs: Any) -> int:
-        checks.append(check)
-        return 0
-
-    monkeypatch.setattr(_cli, "run_check", run_check)
     assert _cli.main(["online", "--workloads", "io-bound", *flags]) == 0
-    assert checks[0].header["options"] == dataclasses.asdict(expected)
+    assert checks_run[0].header["options"] == dataclasses.asdict(expected)
 
 
 def test_the_command_line_writes_json_and_markdown(
