@@ -1,7 +1,7 @@
 """What every run of the suite shares: progress lines, the facts its results start with
-(host, commit, versions), the workloads' clean-up, and the loop of a check that runs
+(host, commit, versions), the workloads' clean-up, the loop of a check that runs
 workload by workload (the agreement check, the online comparison, the generalisation
-benchmark)."""
+benchmark), and the flags a check's options take from the command line."""
 
 from __future__ import annotations
 
