@@ -375,14 +375,40 @@ def _header(results: Mapping[str, Any]) -> list[str]:
     if "rejudged_from" in results:
         commits.append(f"judged again with a final set of rounds at {_commit(results)}")
     gpus = ", ".join(machine.get("gpus") or []) or "no GPU"
+    hosts = _machines(results.get("merged_from") or [])
+    where = (
+        f"{machine['cpus']} CPUs, {gpus}, on {len(hosts)} machines ({'; '.join(hosts)})"
+        if len(hosts) > 1
+        else f"{machine['cpus']} CPUs ({machine['cpu_model']}), {gpus}"
+    )
     return [
-        f"{results['started'][:10]}, {results['host']}: {machine['cpus']} CPUs "
-        f"({machine['cpu_model']}), {gpus}; torch {versions.get('torch', '?')}, autotune at "
+        f"{_dates(results)}, {results['host']}: {where}; torch {versions.get('torch', '?')}, "
+        "autotune at "
         f"{', '.join(commits)}; {options['seeds']} search(es) per workload ({budget}); the "
         f"plain loop {options['rounds']} rounds of {options['seconds']:g} s; "
         + _wall(results, len(runs))
         + ".",
     ]
+
+
+def _dates(results: Mapping[str, Any]) -> str:
+    """The day a run started; of a merge, the first and last days of its runs."""
+    runs = results.get("merged_from") if "rejudged_from" not in results else None
+    days = sorted({str(r.get("started") or "")[:10] for r in runs or [results]} - {""})
+    return days[0] if len(days) == 1 else f"{days[0]} to {days[-1]}"
+
+
+def _machines(runs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Each machine the ``runs`` of a merge ran on (its CPU model, and whether it has bf16)
+    with the workloads judged there, in the runs' order; none where a run does not say."""
+    if not runs or any("machine" not in r for r in runs):
+        return []
+    on: dict[str, list[str]] = {}
+    for run in runs:
+        machine = run["machine"]
+        bf16 = "with" if machine.get("cpu_bf16") else "without"
+        on.setdefault(f"{machine['cpu_model']} {bf16} bf16", []).extend(run["workloads"])
+    return [f"{label}: {', '.join(names)}" for label, names in on.items()]
 
 
 def _rejudged_note(results: Mapping[str, Any]) -> list[str]:
@@ -484,6 +510,7 @@ def merge(paths: Sequence[Path]) -> dict[str, Any]:
             "commit": data.get("commit"),
             "dirty": data.get("dirty"),
             "started": data.get("started"),
+            "machine": data.get("machine"),
             "workloads": [s["name"] for s in data["workloads"]],
         }
         for path, data in runs

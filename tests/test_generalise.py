@@ -561,6 +561,48 @@ def test_merge_writes_one_set_of_files(tmp_path: Path) -> None:
     assert out.exists() and out.with_suffix(".md").exists() and out.with_suffix(".svg").exists()
 
 
+def test_a_merge_of_runs_on_several_machines_names_each_and_the_dates(tmp_path: Path) -> None:
+    def run(started: str, machine: Machine, name: str) -> Path:
+        data = {
+            "mode": "generalise",
+            "started": started,
+            "host": "vm",
+            "commit": "0123456789",
+            "machine": machine.to_dict(),
+            "options": GeneraliseOptions().to_dict(),
+            "workloads": [{"name": name, "error": "x"}],
+        }
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(data))
+        return path
+
+    amd = Machine(cpus=2, cpu_model="AMD", memory_bytes=2**30, shm_bytes=None, accelerator="cpu")
+    with_bf16 = Machine(**{**amd.to_dict(), "gpus": (), "cpu_bf16": True})
+    intel = Machine(**{**with_bf16.to_dict(), "gpus": (), "cpu_model": "Intel"})
+    paths = [
+        run("2026-11-28T22:28:00", with_bf16, "a"),
+        run("2026-11-29T09:48:00", amd, "b"),
+        run("2026-11-29T10:33:00", amd, "c"),
+        run("2026-12-01T18:15:00", intel, "d"),
+    ]
+    merged = _generalise_report.merge(paths)
+    assert [m["machine"]["cpu_model"] for m in merged["merged_from"]] == [
+        "AMD",
+        "AMD",
+        "AMD",
+        "Intel",
+    ]
+    header = _generalise_report.document(merged, "m.json", "m.svg").splitlines()[2]
+    assert header.startswith(
+        "2026-11-28 to 2026-12-01, vm: 2 CPUs, no GPU, on 3 machines (AMD with bf16: a; "
+        "AMD without bf16: b, c; Intel with bf16: d); torch ?, autotune at 0123456;"
+    )
+    # One machine: named once, as for a single run.
+    alone = _generalise_report.merge(paths[1:3])
+    header = _generalise_report.document(alone, "m.json", "m.svg").splitlines()[2]
+    assert header.startswith("2026-11-29, vm: 2 CPUs (AMD), no GPU; torch ?")
+
+
 # --------------------------------------------------------------------- what it imports
 def test_the_generalise_modules_load_nothing_of_the_probe_or_the_search() -> None:
     code = (
