@@ -39,6 +39,7 @@ from benchmarks._generalise import (
     plan,
     run_workload,
 )
+from benchmarks._generalise_plot import LEFT as LEFT_EDGE
 from benchmarks._generalise_plot import svg
 from benchmarks._generalise_targets import assess, outside_by, space_size
 from benchmarks._workloads import find
@@ -462,6 +463,29 @@ def test_the_plot_is_well_formed_with_one_mark_per_choice_even_for_odd_names() -
     tree = ET.fromstring(svg([section, {"name": "broken", "error": "x"}]))
     assert len([e for e in tree.iter() if e.get("class") == "choice"]) == 3
     assert any(e.text == "a<b & c" for e in tree.iter())
+
+
+def test_the_plot_reads_each_grid_point_against_the_best_of_its_own_rounds() -> None:
+    # The first set read the grid in a faster state of the machine than the final rounds
+    # that grade the choices: its points lie at their share of the first set's best, as in
+    # the grid table, not over a figure from other rounds (which put them past the best).
+    section = {
+        "name": "w",
+        "measurements": [{"grid": True, "median": 200.0}, {"grid": True, "median": 150.0}],
+        "figures": {
+            "grid_best": {"samples_per_s": 100.0},
+            "first_grid_best": {"samples_per_s": 200.0},
+            "default_samples_per_s": 50.0,
+            "default_vs_grid": 0.5,
+            "choices": [{"seed": 1, "describe": "x", "vs_grid": 0.98}],
+        },
+    }
+    tree = ET.fromstring(svg([section]))
+    best_line = next(e for e in tree.iter() if e.get("class") == "bound")
+    points = sorted(float(e.get("cx", 0)) for e in tree.iter() if e.get("class") == "grid")
+    one, left = float(best_line.get("x1", 0)), LEFT_EDGE
+    assert points[-1] == pytest.approx(one, abs=0.1)  # the SVG writes tenths of a pixel
+    assert points[0] == pytest.approx(left + 0.75 * (one - left), abs=0.1)
 
 
 # --------------------------------------------------------------------- the command line
