@@ -375,26 +375,26 @@ def _header(results: Mapping[str, Any]) -> list[str]:
     if "rejudged_from" in results:
         commits.append(f"judged again with a final set of rounds at {_commit(results)}")
     gpus = ", ".join(machine.get("gpus") or []) or "no GPU"
-    hosts = _machines(results.get("merged_from") or [])
+    merged = results.get("merged_from") or []
+    hosts = _machines(merged)
     where = (
         f"{machine['cpus']} CPUs, {gpus}, on {len(hosts)} machines ({'; '.join(hosts)})"
         if len(hosts) > 1
         else f"{machine['cpus']} CPUs ({machine['cpu_model']}), {gpus}"
     )
     return [
-        f"{_dates(results)}, {results['host']}: {where}; torch {versions.get('torch', '?')}, "
-        "autotune at "
-        f"{', '.join(commits)}; {options['seeds']} search(es) per workload ({budget}); the "
-        f"plain loop {options['rounds']} rounds of {options['seconds']:g} s; "
+        f"{_days(merged or [results])}, {results['host']}: {where}; "
+        f"torch {versions.get('torch', '?')}, autotune at {', '.join(commits)}; "
+        f"{options['seeds']} search(es) per workload ({budget}); the plain loop "
+        f"{options['rounds']} rounds of {options['seconds']:g} s; "
         + _wall(results, len(runs))
         + ".",
     ]
 
 
-def _dates(results: Mapping[str, Any]) -> str:
-    """The day a run started; of a merge, the first and last days of its runs."""
-    runs = results.get("merged_from") if "rejudged_from" not in results else None
-    days = sorted({str(r.get("started") or "")[:10] for r in runs or [results]} - {""})
+def _days(runs: Sequence[Mapping[str, Any]]) -> str:
+    """The day the ``runs`` started, or the first and the last of their days."""
+    days = sorted({str(r.get("started") or "")[:10] for r in runs} - {""})
     return days[0] if len(days) == 1 else f"{days[0]} to {days[-1]}"
 
 

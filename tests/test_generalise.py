@@ -5,6 +5,7 @@ that it reads the searches through autotune's public API only."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import itertools
 import json
 import subprocess
@@ -601,8 +602,8 @@ def test_a_merge_of_runs_on_several_machines_names_each_and_the_dates(tmp_path: 
         return path
 
     amd = Machine(cpus=2, cpu_model="AMD", memory_bytes=2**30, shm_bytes=None, accelerator="cpu")
-    with_bf16 = Machine(**{**amd.to_dict(), "gpus": (), "cpu_bf16": True})
-    intel = Machine(**{**with_bf16.to_dict(), "gpus": (), "cpu_model": "Intel"})
+    with_bf16 = dataclasses.replace(amd, cpu_bf16=True)
+    intel = dataclasses.replace(with_bf16, cpu_model="Intel")
     paths = [
         run("2026-11-28T22:28:00", with_bf16, "a"),
         run("2026-11-29T09:48:00", amd, "b"),
