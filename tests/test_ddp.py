@@ -302,7 +302,7 @@ def test_ctrl_c_stops_trials_running_in_parallel_and_keeps_them(write_config, wo
         space = {"num_workers": [0, 1], "batch_size": 8}
         search = {"window_seconds": 0.2, "max_windows": 100, "min_windows": 100,
                   "warmup_seconds": 0.05,
-                  "trials": 4, "ceilings": False}
+                  "trials": 4, "ceilings": False, "bounds": False}
         """
     )
     command = [sys.executable, "-m", "autotune", "search", str(config), "--ranks", "2"]
