@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -231,6 +232,20 @@ _CHECKS = (
 )
 
 
+_DATE = re.compile(r"(\d{4}-\d{2}-\d{2})(?:-(\d{4}))?")
+"""The date (and the time, to the minute) that a results file's name carries."""
+
+
+def _dated(path: Path) -> tuple[str, str, str]:
+    """Sorts results files by the date and time in their names, whatever comes before
+    them (``generalise-merged-2026-12-01-1854.md`` after ``generalise-2026-12-01-1815.md``
+    and after ``generalise-rejudged-2026-11-27-0227.md``); undated names first."""
+    found = _DATE.search(path.name)
+    if found is None:
+        return "", "", path.name
+    return found.group(1), found.group(2) or "", path.name
+
+
 def with_other_checks(page: str, results: Path, start: Path) -> str:
     """``page`` (without the sections this appended before) and, for each other check,
     its newest markdown in ``results`` (``<mode>-<date>*.md``, the last by name),
@@ -243,7 +258,7 @@ def with_other_checks(page: str, results: Path, start: Path) -> str:
     sections = []
     for mode, title in _CHECKS:
         # The names carry the date (a clone's files all have the checkout's time).
-        found = sorted(results.glob(f"{mode}-*.md"))
+        found = sorted(results.glob(f"{mode}-*.md"), key=_dated)
         if not found:
             continue
         newest = found[-1]

@@ -348,6 +348,25 @@ def test_the_summary_page_keeps_the_newest_figures_of_every_other_check(tmp_path
     assert _report.with_other_checks("# Suite\n", tmp_path / "none", tmp_path) == "# Suite\n"
 
 
+def test_the_newest_file_of_a_check_is_the_latest_by_the_date_in_its_name(
+    tmp_path: Path,
+) -> None:
+    # A merge and a rejudge write files named after what they are before their date: by
+    # the whole name, an old rejudge would sort after a newer merge.
+    results = tmp_path / "results"
+    results.mkdir()
+    for name, text in [
+        ("generalise-2026-12-01-1815.md", "one run"),
+        ("generalise-merged-2026-12-01-1854.md", "the merge"),
+        ("generalise-rejudged-2026-11-27-0227.md", "an old rejudge"),
+        ("generalise-2026-11-29-1033.md", "an earlier run"),
+    ]:
+        (results / name).write_text(f"### w\n\n{text}\n")
+    page = _report.with_other_checks("# Suite\n", results, tmp_path)
+    assert "From [generalise-merged-2026-12-01-1854.md]" in page
+    assert "the merge" in page and "an old rejudge" not in page
+
+
 def test_cli_refuses_an_unknown_workload(capsys: pytest.CaptureFixture[str]) -> None:
     assert _cli.main(["--workloads", "io-bound,tape-drive"]) == 2
     assert "unknown workloads ['tape-drive']" in capsys.readouterr().err
