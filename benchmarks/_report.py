@@ -248,7 +248,7 @@ def _dated(path: Path) -> tuple[str, str, str]:
 
 def with_other_checks(page: str, results: Path, start: Path) -> str:
     """``page`` (without the sections this appended before) and, for each other check,
-    its newest markdown in ``results`` (``<mode>-<date>*.md``, the last by name),
+    its newest markdown in ``results`` (``<mode>-*<date>*.md``, the latest by that date),
     headings moved two levels down, under a heading that links to the file; ``page`` as
     it is when there are none.
 
