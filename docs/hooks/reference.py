@@ -5,6 +5,8 @@ A page holds a marker (an HTML comment on a line of its own) where a generated p
 - ``<!-- search-options -->``: the table of every ``SearchOptions`` field (name, type,
   default, command-line flag or why there is none, docstring);
 - ``<!-- search-help -->``: what ``autotune search --help`` prints;
+- ``<!-- api-reference -->``: a mkdocstrings entry for each name in ``autotune.__all__``,
+  grouped into functions, classes, and errors and warnings;
 - ``<!-- benchmarks/RESULTS.md -->``: the benchmarks' results page, its headings one level
   down and its links to files outside the docs turned into paths.
 
@@ -21,7 +23,9 @@ import re
 from pathlib import Path
 from typing import Any, get_type_hints
 
-_MARKER = re.compile(r"^<!-- (search-options|search-help|benchmarks/RESULTS\.md) -->$", re.M)
+_MARKER = re.compile(
+    r"^<!-- (search-options|search-help|api-reference|benchmarks/RESULTS\.md) -->$", re.M
+)
 _LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")
 _HELP_COLUMNS = "92"
 
@@ -32,6 +36,7 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     parts = {
         "search-options": options_table,
         "search-help": search_help,
+        "api-reference": api_reference,
         "benchmarks/RESULTS.md": lambda: results_page(root / "benchmarks" / "RESULTS.md"),
     }
     return _MARKER.sub(lambda match: parts[match.group(1)](), markdown)
@@ -64,6 +69,27 @@ def options_table() -> str:
         cells = [f"`{field.name}`", kind, f"`{field.default!r}`", flag, what.replace("|", "\\|")]
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
+
+
+def api_reference() -> str:
+    """One ``::: autotune.NAME`` entry per public name, for mkdocstrings to render from
+    the docstrings: the names are ``autotune.__all__``, so a new one cannot be missed."""
+    import autotune
+
+    groups: dict[str, list[str]] = {"Functions": [], "Classes": [], "Errors and warnings": []}
+    for name in sorted(set(autotune.__all__) - {"__version__"}):
+        value = getattr(autotune, name)
+        if isinstance(value, type) and issubclass(value, BaseException):
+            groups["Errors and warnings"].append(name)
+        elif isinstance(value, type):
+            groups["Classes"].append(name)
+        else:
+            groups["Functions"].append(name)
+    sections = []
+    for title, names in groups.items():
+        entries = "\n\n".join(f"::: autotune.{name}" for name in names)
+        sections.append(f"## {title}\n\n{entries}")
+    return "\n\n".join(sections)
 
 
 def search_help() -> str:
