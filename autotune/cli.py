@@ -1,9 +1,7 @@
 """The command line: a thin layer over the library.
 
-    autotune search CONFIG [--trials N] [--timeout S] [--study NAME_OR_PATH] [--seed N]
-                           [--gpus 0,1] [--ranks N] [--resume] [--backend optuna|ray]
-                           [--address auto|HOST:PORT] [--concurrent N] [--debug]
-    autotune show STUDY
+    autotune search CONFIG [--dry-run] [--device DEVICE] [SEARCH OPTION FLAGS] [--debug]
+    autotune show STUDY [--json]
     autotune export STUDY [-o settings.json]
     autotune report STUDY [-o report.html] [--format html|md]
 
@@ -14,6 +12,7 @@ traceback. Ctrl-C exits with 130 and keeps every finished trial.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -21,7 +20,7 @@ import traceback
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast, get_args, get_type_hints
 
 from autotune._errors import AutotuneError, FingerprintWarning
 
@@ -43,6 +42,105 @@ EXIT_INTERRUPTED = 130
 EXIT_INTERNAL = 1
 EXIT_BROKEN_PIPE = 141
 """What a shell reports for a command killed by SIGPIPE (128 + 13), as `head` expects."""
+
+SEARCH_FLAGS: dict[str, dict[str, Any]] = {
+    "trials": {},
+    "timeout": {},
+    "study": {},
+    "seed": {},
+    "resume": {},
+    "gpus": {"type": str},
+    "ranks": {},
+    "backend": {},
+    "address": {"metavar": "auto|HOST:PORT"},
+    "concurrent": {"metavar": "N"},
+    "tolerance": {"metavar": "FRACTION"},
+    "memory_limit": {"type": str, "metavar": "BYTES"},
+    "window_seconds": {"metavar": "S"},
+    "max_windows": {"metavar": "N"},
+    "rounds": {"metavar": "N"},
+    "runoff_rounds": {"metavar": "N"},
+}
+"""The SearchOptions fields that ``autotune search`` takes as flags (``--max-windows`` for
+``max_windows``), with the argparse keywords their type does not give: a value the command
+line reads as text (``"4GiB"``, ``"0,1"``) or a shorter metavar. The help, the type, the
+choices and the default come from the field itself."""
+
+CONFIG_ONLY: dict[str, str] = {
+    "min_windows": "it places ASHA's rungs with reduction_factor and max_windows, which are "
+    "changed together, in a config",
+    "reduction_factor": "it places ASHA's rungs with min_windows and max_windows, which are "
+    "changed together, in a config",
+    "warmup_seconds": "it stretches itself over the batches the workers queue while starting, "
+    "so it rarely needs changing",
+    "trial_timeout": "how slowly a loader may start is a property of the workload, set beside "
+    "it in its config",
+    "finalists": "the confirming stage widens the finalists by the noise it measures; --rounds "
+    "and --runoff-rounds are the flags for a surer verdict",
+    "bounds": "a saving of the search, on by default; benchmarks and tests turn it off in "
+    "their configs",
+    "ceilings": "what the diagnosis reads, on by default; benchmarks and tests turn it off in "
+    "their configs",
+    "ddp_finalists": "a detail of the DDP stage, set beside the ranks in a config",
+    "ddp_knobs": "a detail of the DDP stage, set beside the ranks in a config",
+}
+"""The SearchOptions fields without a flag, each with the reason: the config's
+``search = {...}`` sets them."""
+
+
+def flag_name(field: str) -> str:
+    """The command-line flag of a SearchOptions field: ``max_windows`` -> ``--max-windows``."""
+    return "--" + field.replace("_", "-")
+
+
+def _add_option_flags(parser: argparse.ArgumentParser) -> None:
+    """Add a flag for each field in SEARCH_FLAGS, its help the first line of the field's
+    docstring and its default the field's, so that ``--help`` cannot drift from the code.
+
+    A flag not given is None, which SearchOptions.from_mapping reads as "keep the config's
+    value".
+    """
+    from autotune import SearchOptions
+
+    fields = {field.name: field for field in dataclasses.fields(SearchOptions)}
+    types = get_type_hints(SearchOptions)
+    docs = SearchOptions.field_docs()
+    for name, extra in SEARCH_FLAGS.items():
+        field = fields[name]
+        keywords: dict[str, Any] = {"help": _flag_help(docs[name], field.default)}
+        value_type = extra["type"] if "type" in extra else _flag_type(name, types[name])
+        if value_type is bool:
+            keywords.update(action="store_true", default=None)
+        else:
+            keywords["type"] = value_type
+        if "choices" in field.metadata:
+            keywords["choices"] = field.metadata["choices"]
+        keywords.update({key: value for key, value in extra.items() if key != "type"})
+        parser.add_argument(flag_name(name), **keywords)
+
+
+def _flag_type(name: str, annotation: Any) -> type:
+    """The one type a field's annotation admits besides None: int, float, str or bool."""
+    admitted = [arg for arg in get_args(annotation) if arg is not type(None)]
+    single = admitted[0] if len(admitted) == 1 else annotation
+    if single not in (int, float, str, bool):
+        raise TypeError(
+            f"search option {name} is {annotation}; a flag needs int, float, str or bool "
+            'alone (or None): give its "type" in SEARCH_FLAGS.'
+        )
+    return cast(type, single)
+
+
+def _flag_help(doc: str, default: Any) -> str:
+    """A field docstring's first line as argparse help: lower case, no full stop, the
+    default after it; ``%`` doubled, as argparse formats help with it."""
+    summary = doc.splitlines()[0].rstrip(".")
+    first = summary.split(" ", 1)[0]
+    if not (len(first) > 1 and first.isupper()):
+        summary = summary[0].lower() + summary[1:]
+    if default is not None and default is not False and default is not dataclasses.MISSING:
+        summary += f" (default {default})"
+    return summary.replace("%", "%%")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -67,81 +165,9 @@ def _parser() -> argparse.ArgumentParser:
         help="print the space, the knobs left out and why, the budget and an estimated "
         "time; run nothing",
     )
-    search.add_argument(
-        "--trials",
-        type=int,
-        help="exploration trials that probe a config (default 24; a repeat of a "
-        "measured config is not run and does not count)",
-    )
-    search.add_argument("--timeout", type=float, help="seconds after which no trial starts")
-    search.add_argument(
-        "--study", help="study name (saved as studies/NAME.db) or path to a .db file"
-    )
-    search.add_argument("--seed", type=int, help="seed the sampler for a repeatable search")
-    search.add_argument(
-        "--resume", action="store_true", help="continue the study; fail if it does not exist"
-    )
-    search.add_argument(
-        "--gpus",
-        help="GPUs to tune for, as cuda:N numbers them: '0,1', 'all' (default) or 'none' (CPU)",
-    )
-    search.add_argument(
-        "--ranks", type=int, help="DDP ranks on CPU (on GPUs: one per selected GPU)"
-    )
-    search.add_argument(
-        "--backend",
-        choices=("optuna", "ray"),
-        help="who runs the trials: optuna in this process (default), or Ray Tune",
-    )
-    search.add_argument(
-        "--address",
-        metavar="auto|HOST:PORT",
-        help="with --backend ray: the Ray cluster to join (default: start a local Ray)",
-    )
-    search.add_argument(
-        "--concurrent",
-        type=int,
-        metavar="N",
-        help="with --backend ray: at most N trials at once (default: as many as fit)",
-    )
+    _add_option_flags(search)
     search.add_argument(
         "--device", help="the device to train on: cpu, cuda, cuda:1 (default: the config's)"
-    )
-    search.add_argument(
-        "--tolerance",
-        type=float,
-        metavar="FRACTION",
-        help="configs within this fraction of the best count as equally fast (default 0.03)",
-    )
-    search.add_argument(
-        "--memory-limit",
-        metavar="BYTES",
-        help="what a trial's processes may use, e.g. 4GiB (default: 80%% of available RAM)",
-    )
-    search.add_argument(
-        "--window-seconds",
-        type=float,
-        metavar="S",
-        help="the probe's measuring window (default 0.5); longer steadies noisy figures",
-    )
-    search.add_argument(
-        "--max-windows",
-        type=int,
-        metavar="N",
-        help="windows of a trial that is not pruned (default 9)",
-    )
-    search.add_argument(
-        "--rounds",
-        type=int,
-        metavar="N",
-        help="interleaved rounds that re-measure the finalists and the default (default 3)",
-    )
-    search.add_argument(
-        "--runoff-rounds",
-        type=int,
-        metavar="N",
-        help="more rounds for the finalists those rounds left within the noise of each "
-        "other (default 3; 0: none)",
     )
 
     show = commands.add_parser("show", help="the best settings and the trials of a study")
@@ -221,24 +247,7 @@ def _search(args: argparse.Namespace) -> int:
     from autotune.pipeline._search import search
     from autotune.progress._progress import make_progress
 
-    options = {
-        "trials": args.trials,
-        "timeout": args.timeout,
-        "study": args.study,
-        "seed": args.seed,
-        "resume": args.resume or None,
-        "gpus": args.gpus,
-        "ranks": args.ranks,
-        "backend": args.backend,
-        "address": args.address,
-        "concurrent": args.concurrent,
-        "tolerance": args.tolerance,
-        "memory_limit": args.memory_limit,
-        "window_seconds": args.window_seconds,
-        "max_windows": args.max_windows,
-        "rounds": args.rounds,
-        "runoff_rounds": args.runoff_rounds,
-    }
+    options = {name: getattr(args, name) for name in SEARCH_FLAGS}
     if args.dry_run:
         from autotune.pipeline._dry_run import dry_run
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import inspect
+import itertools
 import re
+import textwrap
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,11 +25,14 @@ class SearchOptions:
     """Budget, study and measuring settings of a search (the config's ``search`` dict)."""
 
     trials: int = 24
-    """Exploration trials to run in this search (added to those a resumed study has)."""
+    """Exploration trials that probe a config, added to those a resumed study has.
+
+    A repeat of a measured config, or a config its compute ceiling rules out, is not run
+    and spends none of the budget."""
     timeout: float | None = None
-    """Seconds after which no new exploration trial starts; None: no limit."""
+    """Seconds after which no new exploration trial starts; by default no limit."""
     study: str | None = None
-    """Study name (saved as studies/NAME.db) or a .db path; None: the config's name."""
+    """Study name (saved as studies/NAME.db) or a .db path; by default the config's name."""
     resume: bool = False
     """Require the study to exist already, and continue it."""
     seed: int | None = None
@@ -33,52 +40,82 @@ class SearchOptions:
     tolerance: float = 0.03
     """Configs within this fraction of the best count as equally fast; the cheapest wins."""
     window_seconds: float = 0.5
-    """Length of one measuring window; the pruner decides after each."""
+    """Length of one measuring window; the pruner decides after each.
+
+    A window ends on a whole turn of the workers (``num_workers`` batches); longer windows
+    steady noisy figures."""
     max_windows: int = 9
     """Windows a trial runs when it is not pruned."""
     min_windows: int = 1
     """Windows before the first pruning decision (ASHA's minimum resource)."""
     reduction_factor: int = 3
-    """ASHA keeps the best 1/reduction_factor of trials at each rung."""
+    """ASHA keeps the best 1/reduction_factor of trials at each rung.
+
+    The configs tried first are judged from the second rung on, as one window is too
+    noisy to drop a region the sampler may not come back to."""
     warmup_seconds: float = 0.5
-    """Training after the first batch that is not measured."""
+    """Training after the first batch that is not measured.
+
+    It lasts at least through the batches the workers queued while starting
+    (``num_workers`` x ``prefetch_factor``)."""
     trial_timeout: float = 60.0
     """A trial silent this long (no first batch, no window) is killed as hung."""
     memory_limit: int | None = None
-    """Bytes a trial's processes may use; None: 80% of the memory available at the start."""
+    """Bytes (or "4GiB") a trial's processes may use; by default 80% of the available RAM.
+
+    The default reads the memory available when the search starts, and is shared among
+    the ranks."""
     finalists: int = 3
-    """Configs re-measured before the winner is named (at least; more when more of them
-    are within the noise of the best)."""
+    """Configs re-measured before the winner is named, at least.
+
+    Up to twice as many when more are within twice the tolerance of the best; the fastest
+    config measured in full joins them."""
     rounds: int = 3
-    """Interleaved rounds of re-measuring the finalists and the default loader, each a new
-    full-length probe of every config: the verdict uses each config's median and the
-    noise measured between rounds."""
+    """Interleaved rounds that re-measure the finalists and the default loader.
+
+    Each round is a new full-length probe of every config: the verdict uses each config's
+    median and the noise measured between rounds."""
     runoff_rounds: int = 3
-    """More interleaved rounds for the finalists that beat the default and that the rounds
-    left within the noise of each other (up to 3 of them), when the noise is wider than
-    the tolerance; 0: choose on the first rounds alone."""
+    """More rounds for the finalists the rounds left within the noise of each other; 0: none.
+
+    Only the finalists that beat the default run off (up to 3 of them), and only when the
+    noise is wider than the tolerance."""
     bounds: bool = True
-    """Before exploring, measure the compute ceiling of each batch size, AMP mode and
-    thread count: configs that cannot come near the best are then skipped, and exploring
-    stops once the best nears the highest ceiling."""
+    """Measure the compute ceiling of each batch size, AMP mode and thread count first.
+
+    Configs that cannot come near the best are then skipped, and exploring stops once the
+    best nears the highest ceiling."""
     ceilings: bool = True
-    """Measure the compute and data ceilings of the winner and of the default loader, and
-    the loader alone with the most workers (what the diagnosis compares them with)."""
+    """Measure the winner's and the default loader's compute and data ceilings at the end.
+
+    With the loader alone at the most workers, they are what the diagnosis compares the
+    figures with."""
     gpus: str | int | list[int] | None = None
-    """Which visible GPUs: "all" (None), "none" (CPU), or numbers such as "0,1" (cuda:N)."""
+    """Which visible GPUs: "all" (the default), "none" (CPU), or numbers such as "0,1" (cuda:N)."""
     ranks: int | None = None
-    """DDP ranks on this node: one per selected GPU; on CPU, how many (default 1)."""
+    """DDP ranks on this node; by default one per selected GPU, 1 on CPU."""
     ddp_finalists: bool = False
-    """With several ranks, DDP-probe every finalist and choose by aggregate throughput
-    (default: DDP-probe the winner only)."""
+    """With several ranks, DDP-probe every finalist and choose by the DDP figure.
+
+    Off, only the winner is DDP-probed."""
     ddp_knobs: bool = True
     """With several ranks, tune the DDP keywords that matter for the model, measured."""
-    backend: str = "optuna"
+    backend: str = dataclasses.field(default="optuna", metadata={"choices": BACKENDS})
     """Who runs the trials: "optuna" (in this process) or "ray" (Ray Tune, local or a cluster)."""
     address: str | None = None
-    """backend "ray": the cluster to join ("auto" or HOST:PORT); None starts a local Ray."""
+    """With backend "ray": the cluster to join ("auto" or HOST:PORT); by default a local Ray."""
     concurrent: int | None = None
-    """backend "ray": at most this many trials at once; None: as many as the resources allow."""
+    """With backend "ray": at most this many trials at once; by default as many as fit."""
+
+    @classmethod
+    def field_docs(cls) -> dict[str, str]:
+        """Each field's docstring, by field name, read from this class's source.
+
+        The first line of each is its summary. The command line's help and the
+        documentation's options table are built from these, so that the code, ``--help``
+        and the docs say the same.
+        """
+        return _attribute_docstrings(cls)
 
     def __post_init__(self) -> None:
         # Checked in this order: with several options wrong, the first check that fails
@@ -175,6 +212,29 @@ class SearchOptions:
             return cls(**values)
         except TypeError as error:
             raise ConfigError(f"search options: {error}") from None
+
+
+def _attribute_docstrings(cls: type) -> dict[str, str]:
+    """The string literal under each annotated name in ``cls``'s body, cleaned.
+
+    Python keeps no attribute docstrings at run time, so they are read from the source,
+    as documentation tools read them.
+    """
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    definition = tree.body[0]
+    if not isinstance(definition, ast.ClassDef):
+        raise TypeError(f"{cls.__qualname__}'s source is not a class definition.")
+    docs: dict[str, str] = {}
+    for node, after in itertools.pairwise(definition.body):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            docs[node.target.id] = inspect.cleandoc(after.value.value)
+    return docs
 
 
 def _is_count(value: Any, *, least: int = 1) -> bool:
