@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks._compare import spread
+from benchmarks.suite._compare import spread
 
 COLUMNS = (
     ("strategy", "strategy"),
@@ -116,7 +115,7 @@ def text_table(section: Mapping[str, Any]) -> str:
 
 def _shared_cpu_lines(section: Mapping[str, Any]) -> list[str]:
     """What loader and model can train together on shared CPUs, where that is below the
-    ceiling (see benchmarks._verdicts.shared_cpu_limit): one line, or none."""
+    ceiling (see benchmarks.common._verdicts.shared_cpu_limit): one line, or none."""
     ceilings = section["ceilings"]
     shared = ceilings.get("shared_cpu")
     if not shared or shared["samples_per_s"] >= ceilings["min"]:
@@ -163,7 +162,7 @@ def markdown(results: Mapping[str, Any], json_name: str) -> str:
     for note in results.get("notes", []):
         lines += [f"> {note}", ""]
     lines += ["## Targets", ""]
-    lines += _verdict_summary(results["workloads"])
+    lines += verdict_summary(results["workloads"])
     for section in results["workloads"]:
         lines += ["", f"## {section['name']}", ""]
         if "error" in section:
@@ -186,7 +185,9 @@ def markdown(results: Mapping[str, Any], json_name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _verdict_summary(sections: Sequence[Mapping[str, Any]]) -> list[str]:
+def verdict_summary(sections: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The targets over every workload, in markdown: a row each, PASS or FAIL with the
+    figure, n/a where a target does not apply to the workload."""
     targets: list[str] = []
     for section in sections:
         for verdict in section.get("verdicts", []):
@@ -206,74 +207,12 @@ def _verdict_summary(sections: Sequence[Mapping[str, Any]]) -> list[str]:
     return _markdown_table(["workload", *targets], rows)
 
 
-def write(results: Mapping[str, Any], out: Path, summary: Path | None) -> tuple[Path, Path]:
-    """Write ``<date>-<host>.json`` and ``.md`` into ``out``, and the markdown again to
-    ``summary`` (the stable page the README links to), its link pointing at the JSON."""
+def write(results: Mapping[str, Any], out: Path) -> tuple[Path, Path]:
+    """Write ``<date>-<host>.json`` and ``.md`` into ``out``; returns their paths."""
     out.mkdir(parents=True, exist_ok=True)
     stem = f"{results['date']}-{results['host']}"
     json_path = out / f"{stem}.json"
     md_path = out / f"{stem}.md"
     json_path.write_text(json.dumps(results, indent=1, sort_keys=False) + "\n")
     md_path.write_text(markdown(results, json_path.name))
-    if summary is not None:
-        summary.parent.mkdir(parents=True, exist_ok=True)
-        link = Path(_relative(json_path, summary.parent))
-        page = markdown(results, link.as_posix())
-        summary.write_text(with_other_checks(page, out, summary.parent))
     return json_path, md_path
-
-
-OTHER_CHECKS = "<!-- the other checks: written by benchmarks._report.with_other_checks -->"
-"""Where the suite's own page ends and the other checks' sections begin."""
-_CHECKS = (
-    ("agreement", "The probe against a plain loop (`--agreement`)"),
-    ("online", "The online loader in one epoch (`--online`)"),
-    ("generalise", "The choice against the checker's grid (`--generalise`)"),
-)
-
-
-_DATE = re.compile(r"(\d{4}-\d{2}-\d{2})(?:-(\d{4}))?")
-"""The date (and the time, to the minute) that a results file's name carries."""
-
-
-def _dated(path: Path) -> tuple[str, str, str]:
-    """Sorts results files by the date and time in their names, whatever comes before
-    them (``generalise-merged-2026-12-01-1854.md`` after ``generalise-2026-12-01-1815.md``
-    and after ``generalise-rejudged-2026-11-27-0227.md``); undated names first."""
-    found = _DATE.search(path.name)
-    if found is None:
-        return "", "", path.name
-    return found.group(1), found.group(2) or "", path.name
-
-
-def with_other_checks(page: str, results: Path, start: Path) -> str:
-    """``page`` (without the sections this appended before) and, for each other check,
-    its newest markdown in ``results`` (``<mode>-*<date>*.md``, the latest by that date),
-    headings moved two levels down, under a heading that links to the file; ``page`` as
-    it is when there are none.
-
-    So the page the README links to carries every check's figures, and a suite run,
-    which rewrites the page, keeps them."""
-    own = page.split(OTHER_CHECKS)[0].rstrip("\n")
-    sections = []
-    for mode, title in _CHECKS:
-        # The names carry the date (a clone's files all have the checkout's time).
-        found = sorted(results.glob(f"{mode}-*.md"), key=_dated)
-        if not found:
-            continue
-        newest = found[-1]
-        body = "\n".join(
-            f"##{line}" if line.startswith("#") else line
-            for line in newest.read_text().splitlines()
-        )
-        link = _relative(newest, start)
-        sections.append(f"## {title}\n\nFrom [{newest.name}]({link}).\n\n{body.strip()}\n")
-    if not sections:
-        return own + "\n"
-    return "\n".join([own, "", OTHER_CHECKS, "", *sections])
-
-
-def _relative(path: Path, start: Path) -> str:
-    import os
-
-    return os.path.relpath(path.resolve(), start.resolve())

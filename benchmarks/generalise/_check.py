@@ -2,7 +2,7 @@
 
 For each workload: three searches as a user runs them (``autotune.search(config,
 seed=s)``, seeds 1, 2, 3, the default budget), then the plain-loop checker
-(:mod:`benchmarks._checker`, independent of the probe) measures, in one interleaved
+(:mod:`benchmarks.common._checker`, independent of the probe) measures, in one interleaved
 set of rounds:
 
 - the grid: num_workers {0, 1, 2, 4, 8, 16} x training threads {1, every CPU} x
@@ -13,9 +13,9 @@ set of rounds:
 - the default loader (``Settings(batch_size=user's)``, threads left to torch);
 - each search's choice.
 
-Then a final set of rounds (:mod:`benchmarks._generalise_rounds`) measures again the
+Then a final set of rounds (:mod:`benchmarks.generalise._rounds`) measures again the
 default loader, the choices and the grid's leaders, side by side; the targets are judged
-on ratios taken within each of those rounds (:mod:`benchmarks._generalise_targets`).
+on ratios taken within each of those rounds (:mod:`benchmarks.generalise._targets`).
 This module reads the searches through ``autotune.search``'s public result only: it
 imports nothing of the probe, the exploration or the decision
 (``tests/test_generalise.py`` checks that in a fresh interpreter).
@@ -32,8 +32,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 from autotune import Settings
 from autotune.settings._settings import TORCH_PREFETCH, WORKER_THREADS
-from benchmarks._agreement import Searched, run_search, study_folder
-from benchmarks._generalise_rounds import (
+from benchmarks.agreement._check import Searched, run_search, study_folder
+from benchmarks.common._verdicts import Verdict
+from benchmarks.common._workloads import BenchWorkload
+from benchmarks.generalise._rounds import (
     FINAL_ROUNDS,
     LEADERS,
     RoundsOptions,
@@ -41,9 +43,7 @@ from benchmarks._generalise_rounds import (
     measure_rounds,
     summary,
 )
-from benchmarks._generalise_targets import assess, space_size
-from benchmarks._verdicts import Verdict
-from benchmarks._workloads import BenchWorkload
+from benchmarks.generalise._targets import assess, space_size
 
 if TYPE_CHECKING:
     from autotune import Machine

@@ -4,9 +4,9 @@ For each workload:
 
 1. the best static config: a grid of the loader knobs the online loader may choose
    from (workers, prefetch, persistence; pinned memory on CUDA), at the config's
-   batch size, measured by the plain-loop checker (:mod:`benchmarks._checker`) in
+   batch size, measured by the plain-loop checker (:mod:`benchmarks.common._checker`) in
    interleaved rounds; the highest median samples/s wins;
-2. one epoch from a cold start (:mod:`benchmarks._epoch`: a new process each, the
+2. one epoch from a cold start (:mod:`benchmarks.online._epoch`: a new process each, the
    loader's construction, its workers' start-up and the online loader's tuning
    timed) of the default loader, that static config and ``autotune.online`` with
    its defaults, in rounds whose order rotates (D S O, S O D, O D S, ...);
@@ -30,9 +30,9 @@ from autotune.inloop._climb import ClimbOptions
 from autotune.inloop._online import most_workers
 from autotune.space._space import build_space
 from autotune.workload._workload import load_config
-from benchmarks._checker import measure_interleaved, median, spread
-from benchmarks._epoch import measure_epoch
-from benchmarks._workloads import BenchWorkload, find
+from benchmarks.common._checker import measure_interleaved, median, spread
+from benchmarks.common._workloads import BenchWorkload, find
+from benchmarks.online._epoch import measure_epoch
 
 STATIC_BOUND = 1.05
 """The online epoch may take at most this many times the best static config's."""

@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 
 from autotune import Settings
 from autotune.probe import Mode
-from benchmarks._checker import round_order
-from benchmarks._harness import Harness
+from benchmarks.common._checker import round_order
+from benchmarks.suite._harness import Harness
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -44,7 +44,7 @@ def interleave(
     entries: Sequence[Entry], rounds: int, measure: Callable[[Entry, int], float]
 ) -> dict[tuple[str, str, str], list[float]]:
     """``rounds`` rounds, each measuring every distinct entry once in the order of
-    :func:`benchmarks._checker.round_order`; returns each entry's figures by its key."""
+    :func:`benchmarks.common._checker.round_order`; returns each entry's figures by its key."""
     unique = distinct(entries)
     figures: dict[tuple[str, str, str], list[float]] = {e.key(): [] for e in unique}
     for round_number in range(1, rounds + 1):

@@ -10,11 +10,11 @@ checks that in a fresh interpreter); the default forward and loss are written ou
 again here for the same reason.
 
 Every measurement is a new process in a session of its own, forked from a zygote that
-imported torch once (:mod:`benchmarks._zygote`; a new interpreter spent most of a
+imported torch once (:mod:`benchmarks.common._zygote`; a new interpreter spent most of a
 measurement importing torch), and whatever is left of that session when it ends
 (DataLoader workers still prefetching) is killed before the next one starts: the
 workers of one measurement would otherwise take CPU from the next.
-``python -m benchmarks._checker PLAN ANSWER`` still runs one in a new interpreter.
+``python -m benchmarks.common._checker PLAN ANSWER`` still runs one in a new interpreter.
 
 ::
 
@@ -45,9 +45,9 @@ from torch import nn
 
 from autotune.settings._settings import Settings
 from autotune.workload._workload import Workload, load_config
-from benchmarks._zygote import Zygote, ZygoteError
+from benchmarks.common._zygote import Zygote, ZygoteError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STARTUP_ALLOWANCE_S = 300.0
 """Time a measurement may take beyond its warm-up and timed part: starting Python and
 torch, building the dataset (a workload's first run writes its files) and the model."""
@@ -119,7 +119,7 @@ def measure(
         seed=seed,
     )
     answer = run_measurement(
-        "benchmarks._checker",
+        "benchmarks.common._checker",
         dataclasses.asdict(plan),
         limit=STARTUP_ALLOWANCE_S + warmup + seconds,
         what=f"{Path(config_path).name} {settings.describe()}",
@@ -185,7 +185,7 @@ def run_measurement(
     module: str, plan: Mapping[str, Any], *, limit: float, what: str
 ) -> dict[str, Any]:
     """Run ``MODULE._child_main([PLAN_JSON, ANSWER_PATH])`` in a fork of the zygote
-    (:mod:`benchmarks._zygote`), in a session of its own, kill what is left of that
+    (:mod:`benchmarks.common._zygote`), in a session of its own, kill what is left of that
     session, and return the JSON the child wrote to ``ANSWER_PATH``.
 
     Args:
@@ -598,7 +598,7 @@ def run_plan(plan: Plan) -> float:
 
 
 def _child_main(argv: Sequence[str]) -> int:
-    """``python -m benchmarks._checker PLAN_JSON ANSWER_PATH``: one measurement."""
+    """``python -m benchmarks.common._checker PLAN_JSON ANSWER_PATH``: one measurement."""
     plan = Plan(**json.loads(argv[0]))
     rate = run_plan(plan)
     Path(argv[1]).write_text(json.dumps({"samples_per_s": rate}))

@@ -12,7 +12,7 @@
   b2fadca, the lowest and highest of them before).
 
 Where the checker's final set of rounds measured the default, every choice and the
-grid's leaders again (:mod:`benchmarks._generalise_rounds`), the ratios are paired: the
+grid's leaders again (:mod:`benchmarks.generalise._rounds`), the ratios are paired: the
 median over those rounds of the choice's figure over the other config's in the same
 round, against the leader with the highest final median. That leader is picked and
 graded on the same rounds: of leaders that train alike, the highest of their noisy
@@ -26,7 +26,7 @@ run without a final set (the runs before it) is judged as it was: on the ratio o
 first set's medians, against the grid point with the highest median.
 
 Where the grid holds the default under another name (its twin,
-:func:`benchmarks._generalise_rounds.default_twin`), ``figures["twin"]`` is the
+:func:`benchmarks.generalise._rounds.default_twin`), ``figures["twin"]`` is the
 default's ratio to it within each round: the checker set against itself, the distance
 at which it reads two loaders that train alike apart. It judges nothing; it says how
 close to its bound a verdict can be and still be a verdict.
@@ -50,9 +50,9 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from benchmarks._checker import median
-from benchmarks._generalise_rounds import default_twin
-from benchmarks._verdicts import Verdict
+from benchmarks.common._checker import median
+from benchmarks.common._verdicts import Verdict
+from benchmarks.generalise._rounds import default_twin
 
 MEDIAN_VS_GRID = 0.97
 WORST_VS_GRID = 0.93

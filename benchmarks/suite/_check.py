@@ -19,9 +19,11 @@ from autotune.settings._settings import AmpMode
 from autotune.space._space import Space, build_space
 from autotune.study._study import TrialRecord
 from autotune.workload._workload import load_config
-from benchmarks._compare import Entry, interleave, measure_entry, median, spread
-from benchmarks._harness import Harness, Measured
-from benchmarks._strategies import (
+from benchmarks.common._verdicts import CLEAR_MARGIN, judge, shared_cpu_limit
+from benchmarks.common._workloads import BenchWorkload, Profile
+from benchmarks.suite._compare import Entry, interleave, measure_entry, median, spread
+from benchmarks.suite._harness import Harness, Measured
+from benchmarks.suite._strategies import (
     STRATEGIES,
     Choice,
     autotune_search,
@@ -33,8 +35,6 @@ from benchmarks._strategies import (
     oracle,
     rule_of_thumb,
 )
-from benchmarks._verdicts import CLEAR_MARGIN, judge, shared_cpu_limit
-from benchmarks._workloads import BenchWorkload, Profile
 
 Say = Callable[[str], None]
 

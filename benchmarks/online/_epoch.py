@@ -1,7 +1,7 @@
 """One epoch from a cold start, timed in a new process: a fixed loader's or the online
 loader's.
 
-The sibling of the plain-loop checker (:mod:`benchmarks._checker`): the same process
+The sibling of the plain-loop checker (:mod:`benchmarks.common._checker`): the same process
 handling (a session of its own, killed whole when it ends) and the same training step
 (to the device, forward, loss, backward, optimizer step), but instead of a steady pace
 after a warm-up it times what a user's first epoch costs: building the loader,
@@ -34,7 +34,7 @@ from torch.utils.data import Dataset, IterableDataset
 
 from autotune.settings._settings import Settings
 from autotune.workload._workload import Workload, load_config
-from benchmarks._checker import (
+from benchmarks.common._checker import (
     STARTUP_ALLOWANCE_S,
     batch_samples,
     make_train_step,
@@ -124,7 +124,7 @@ def measure_epoch(
     )
     what = "the online loader" if online else settings.describe()
     return run_measurement(
-        "benchmarks._epoch",
+        "benchmarks.online._epoch",
         dataclasses.asdict(plan),
         limit=STARTUP_ALLOWANCE_S + EPOCH_LIMIT_S,
         what=f"{Path(config_path).name} {what}, one epoch",
@@ -206,7 +206,7 @@ def run_epoch(plan: EpochPlan) -> dict[str, Any]:
 
 
 def _child_main(argv: Sequence[str]) -> int:
-    """``python -m benchmarks._epoch PLAN_JSON ANSWER_PATH``: one epoch."""
+    """``python -m benchmarks.online._epoch PLAN_JSON ANSWER_PATH``: one epoch."""
     plan = EpochPlan(**json.loads(argv[0]))
     Path(argv[1]).write_text(json.dumps(run_epoch(plan)))
     return 0

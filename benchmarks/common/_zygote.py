@@ -3,7 +3,7 @@
 A measurement of the plain-loop checker ran in a new Python: about 8 s on 2 CPUs for 2 s
 of training, most of it importing torch and the ``torch._dynamo`` the first optimizer
 pulls in. The judge's precision is bought with rounds, so that start-up was most of its
-cost. A zygote (``python -m benchmarks._zygote MODULE...``) imports those modules and
+cost. A zygote (``python -m benchmarks.common._zygote MODULE...``) imports those modules and
 then waits; each measurement is a fork of it, in a session of its own, that imports
 its measuring module and runs its ``_child_main(argv)``. The child is a new process
 with nothing of an earlier measurement in it: the zygote has built no dataset, no model
@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-PRELOAD = ("torch", "torch._dynamo", "benchmarks._checker")
+PRELOAD = ("torch", "torch._dynamo", "benchmarks.common._checker")
 """What the zygote imports once: torch, what a first optimizer imports, the checker."""
 
 
@@ -60,7 +60,7 @@ class Zygote:
         # reads: its tail ends the error when it does not answer.
         self._errors = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks._zygote", *preload],
+            [sys.executable, "-m", "benchmarks.common._zygote", *preload],
             env=dict(env),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

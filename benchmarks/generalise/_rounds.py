@@ -9,7 +9,7 @@ point is the highest of many noisy medians, so it sits above what that loader me
 again (the winner's curse). The first set only picks the leaders: the few grid points
 with the highest medians. The final set measures them again, beside the default loader
 and each search's choice, in rounds of their own a minute long, and every verdict is a
-ratio taken within one round (:mod:`benchmarks._generalise_targets`): the leaders were
+ratio taken within one round (:mod:`benchmarks.generalise._targets`): the leaders were
 picked on other measurements than the ones that grade them. The final set also measures
 the grid point that is the default under another name (:func:`default_twin`): the same
 config twice, whose ratio says how far apart the checker reads two loaders that train
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune import Settings
-from benchmarks._checker import CheckerError, measure, median, round_order, spread
+from benchmarks.common._checker import CheckerError, measure, median, round_order, spread
 
 Say = Callable[[str], None]
 

@@ -1,12 +1,17 @@
-"""``python -m benchmarks --generalise`` (or ``generalise`` as the first word): the
-generalisation benchmark's flags, their checks and its run (:mod:`benchmarks._generalise`).
+"""``python -m benchmarks generalise``: the generalisation benchmark's flags, their checks
+and its run (:mod:`benchmarks.generalise._check`).
 
-It shares the suite's ``--workloads`` (default: all fourteen), ``--rounds`` (default 3,
-at least 3), ``--out``, ``--seed`` (the plain loop's data order) and ``--keep-data``, the
-agreement check's ``--seconds``, ``--warmup``, ``--trials`` and ``--study-dir``, and the
-online comparison's ``--grid`` (read here by :func:`benchmarks._generalise.parse_grid`).
-The command line (:mod:`benchmarks._cli`) refuses the flags that do not apply and the
-counts out of range before :func:`main` runs; the run is :func:`benchmarks._runs.run_check`'s.
+    python -m benchmarks generalise [--workloads NAME,...] [--seeds N] [--rounds N]
+                                    [--seconds S] [--warmup S] [--grid full|small|JSON]
+                                    [--trials N] [--study-dir DIR] [--out PATH]
+                                    [--keep-data] [--merge JSON ... | --rejudge JSON ...]
+
+``--workloads`` defaults to all fifteen, ``--rounds`` to 3 (at least 3), ``--seed`` sets
+the plain loop's data order, and ``--grid`` is read by
+:func:`benchmarks.generalise._check.parse_grid`. The command line (:mod:`benchmarks._cli`)
+refuses the counts out of range before :func:`main` runs; the run is
+:func:`benchmarks.common._runs.run_check`'s, written to ``PATH`` (a ``.json`` file, or a
+folder for ``generalise-<date>-<time>.json``) with its markdown and plot beside it.
 """
 
 from __future__ import annotations
@@ -19,10 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from autotune.machine._machine import detect_machine
-from benchmarks import _generalise, _generalise_report, _generalise_rounds, _generalise_targets
-from benchmarks._generalise import GeneraliseOptions, parse_grid
-from benchmarks._runs import Check, given, results_path, run_check
-from benchmarks._workloads import BenchWorkload, find
+from benchmarks.common._flags import add_run_flags, add_search_flags, add_timing_flags
+from benchmarks.common._runs import Check, given, results_path, run_check
+from benchmarks.common._workloads import BenchWorkload, find
+from benchmarks.generalise import _check as _generalise
+from benchmarks.generalise import _report as _generalise_report
+from benchmarks.generalise import _rounds as _generalise_rounds
+from benchmarks.generalise import _targets as _generalise_targets
+from benchmarks.generalise._check import GeneraliseOptions, parse_grid
 
 STAMP = "%Y-%m-%d-%H%M"
 """How a results file in a folder is dated: to the minute, so that per-workload runs of
@@ -33,28 +42,35 @@ GRID_HELP = (
     'threads ("all": every CPU), persistent_workers, worker_threads (null: uncapped), e.g. '
     '\'{"num_workers": [0, 2, 4], "threads": ["all"]}\''
 )
-"""``--grid`` as this mode reads it (the flag is shared with ``--online``)."""
+"""``--grid`` as this mode reads it."""
+DESCRIPTION = (
+    "Three searches per workload (seeds 1-3, the default budget), then the plain loop "
+    "measures a grid of workers x threads x persistence, the default loader and each "
+    "choice, and judges the generalisation targets. --grid small, --seeds and --seconds "
+    "shorten a run."
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The mode's own flags, in a group of their own (``--grid`` is the online group's)."""
-    group = parser.add_argument_group(
-        "generalise",
-        "three searches per workload (seeds 1-3, the default budget), then the plain loop "
-        "measures a grid of workers x threads x persistence, the default loader and each "
-        "choice, and judges issue 14's targets (also: python -m benchmarks generalise ...); "
-        "--workloads defaults to all, --rounds to 3 (at least 3); --seconds, --warmup, "
-        "--trials, --study-dir and --grid apply too",
+    """The mode's flags."""
+    add_run_flags(
+        parser,
+        workloads="all",
+        rounds="3, at least 3",
+        seed="the plain loop's data order (the searches are seeded 1..N)",
+        out="a .json file, or a folder for generalise-<date>-<time>.json",
     )
-    group.add_argument("--generalise", action="store_true", help="run the generalisation benchmark")
-    group.add_argument("--seeds", type=int, help="searches per workload, seeded 1..N (default 3)")
-    group.add_argument(
+    add_timing_flags(parser, seconds="timed part of one plain-loop measurement (default 1.5)")
+    add_search_flags(parser)
+    parser.add_argument("--grid", help=GRID_HELP)
+    parser.add_argument("--seeds", type=int, help="searches per workload, seeded 1..N (default 3)")
+    parser.add_argument(
         "--final-rounds",
         type=int,
         help="rounds of the final set, over the default, the choices and the grid's leaders "
         f"(default {_generalise_rounds.FINAL_ROUNDS})",
     )
-    group.add_argument(
+    parser.add_argument(
         "--rejudge",
         nargs="+",
         type=Path,
@@ -63,7 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "later run of a workload twice), measure the final set of rounds and judge again; "
         "--workloads narrows them, --final-rounds applies; written to --out",
     )
-    group.add_argument(
+    parser.add_argument(
         "--merge",
         nargs="+",
         type=Path,

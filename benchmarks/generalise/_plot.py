@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
-from benchmarks._generalise_targets import MEDIAN_VS_GRID, WORST_VS_GRID
+from benchmarks.generalise._targets import MEDIAN_VS_GRID, WORST_VS_GRID
 
 WIDTH = 760
 LEFT = 150

@@ -26,7 +26,7 @@ import torch
 
 import autotune
 from autotune import Machine
-from benchmarks._workloads import BenchWorkload
+from benchmarks.common._workloads import BenchWorkload
 
 HERE = Path(__file__).parent
 FORMAT = 1

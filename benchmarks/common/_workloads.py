@@ -23,7 +23,7 @@ from typing import Any
 
 from autotune import Machine, SearchOptions
 
-WORKLOADS_DIR = Path(__file__).parent / "workloads"
+WORKLOADS_DIR = Path(__file__).parents[1] / "workloads"
 MAX_WORKERS = 32
 """No grid tries more workers than this, however many CPUs (autotune's own default cap)."""
 

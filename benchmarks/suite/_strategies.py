@@ -1,6 +1,6 @@
 """The strategies compared: how each picks a config, and what its search costs.
 
-Every strategy measures through the same :class:`~benchmarks._harness.Harness`
+Every strategy measures through the same :class:`~benchmarks.suite._harness.Harness`
 (autotune's probe), and each returns a :class:`Choice`: the config it would
 train with, and the wall time its search took. The decision rules are small
 functions over a ``measure`` callable, so tests can drive them with made-up
@@ -20,7 +20,7 @@ import autotune
 from autotune import Machine, Settings
 from autotune.space._space import Space
 from autotune.study._study import open_study, records
-from benchmarks._harness import Harness, Measured
+from benchmarks.suite._harness import Harness, Measured
 
 STRATEGIES = ("defaults", "rule of thumb", "greedy sweep", "loader-only", "autotune", "oracle")
 GREEDY_MIN_GAIN = 0.03

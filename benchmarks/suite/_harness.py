@@ -21,7 +21,7 @@ import psutil
 
 from autotune import SearchOptions, Settings
 from autotune.probe import Mode, ProbeRequest, WorkloadSource, run_probe
-from benchmarks._workloads import Profile
+from benchmarks.common._workloads import Profile
 
 _MEMORY_SHARE = 0.8
 

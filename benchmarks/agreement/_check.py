@@ -3,8 +3,8 @@
 For each workload: ``autotune.search(config, seed=...)`` with its default options (or
 ``trials=N``), then the default loader (``result.baseline``) and the choice
 (``result.settings``) measured again in interleaved rounds, each round by autotune's
-probe and by the plain-loop checker (:mod:`benchmarks._checker`, which shares no code
-with the probe) one right after the other (:mod:`benchmarks._side_by_side`), so that
+probe and by the plain-loop checker (:mod:`benchmarks.common._checker`, which shares no code
+with the probe) one right after the other (:mod:`benchmarks.agreement._side_by_side`), so that
 a machine that drifts between the search and the check moves both. A table per
 workload sets the search's figure, the probe's and the plain loop's side by side.
 
@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 import autotune
 from autotune import Settings
-from benchmarks._checker import median, spread
-from benchmarks._workloads import BenchWorkload
+from benchmarks.common._checker import median, spread
+from benchmarks.common._workloads import BenchWorkload
 
 if TYPE_CHECKING:  # the result's module loads the probe: not needed to read a result
     from autotune import SearchResult
@@ -261,7 +261,8 @@ def _side_by_side(
 ) -> dict[str, tuple[list[float], list[float]]]:
     """The probe's and the plain loop's rounds of each distinct config (the default and
     the choice may be one config: it is then measured once)."""
-    from benchmarks import _side_by_side  # loads the probe: not when a result is only read
+    # Loads the probe: not when a result is only read.
+    from benchmarks.agreement import _side_by_side
 
     distinct = list({side.settings.key(): side.settings for side in sides}.values())
     say(

@@ -8,7 +8,7 @@ autotune's probe (a new process, windows as a search's confirming round takes th
 and once with the plain-loop checker (a new process, no autotune code), one right
 after the other, the order alternating between rounds, so that a drift moves both.
 
-This module imports the probe; :mod:`benchmarks._checker` must not, and does not
+This module imports the probe; :mod:`benchmarks.common._checker` must not, and does not
 import this one.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from autotune import Settings
 from autotune.probe import ProbeRequest, WorkloadSource, run_probe
-from benchmarks._checker import CheckerError, measure
+from benchmarks.common._checker import CheckerError, measure
 
 WINDOW_SECONDS = 0.5
 """The probe's window, as a search takes it (``search = {"window_seconds": 0.5}``)."""

@@ -9,10 +9,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks._agreement import rate_text
-from benchmarks._generalise import GridSpec
-from benchmarks._generalise_plot import svg
-from benchmarks._generalise_targets import assess, vs_grid_text
+from benchmarks.agreement._check import rate_text
+from benchmarks.generalise._check import GridSpec
+from benchmarks.generalise._plot import svg
+from benchmarks.generalise._targets import assess, vs_grid_text
 
 HEADER = (
     "| config | settings | plain loop samples/s (spread) | × grid best | × grid best (first) | "
@@ -39,7 +39,7 @@ def _reading(options: Mapping[str, Any]) -> str:
     return f"""\
 How to read it. Each workload was searched {searches} as a user runs it
 (`autotune.search(config, seed=s)`, seeds 1-{options["seeds"]}, {budget}). The plain-loop
-checker (`benchmarks/_checker.py`, which imports nothing of the probe or the search)
+checker (`benchmarks/common/_checker.py`, which imports nothing of the probe or the search)
 then measured, in one interleaved set of {options["rounds"]} rounds of {options["seconds"]:g} s
 after {options["warmup"]:g} s of warm-up (and at least the batches the workers queued
 while starting; where batches came in bursts, from the end of one wait for them to
