@@ -655,7 +655,7 @@ def test_the_generalise_modules_import_only_autotunes_public_names() -> None:
                 assert all(a.name in ("autotune",) or "autotune" not in a.name for a in node.names)
 
 
-def test_a_run_that_departs_from_the_issues_protocol_says_so() -> None:
+def test_a_run_that_departs_from_the_protocol_says_so() -> None:
     assert _generalise_report.departures(GeneraliseOptions().to_dict()) == []
     short = GeneraliseOptions(seeds=1, trials=4, grid=parse_grid("small")).to_dict()
     assert _generalise_report.departures(short) == [
@@ -671,7 +671,7 @@ def test_a_run_that_departs_from_the_issues_protocol_says_so() -> None:
         "workloads": [],
     }
     document = _generalise_report.document(results, "g.json", "g.svg")
-    assert "> Not issue 14's protocol: 1 search(es) per workload, not 3;" in document
+    assert "> Not the benchmark's protocol: 1 search(es) per workload, not 3;" in document
     assert (
         "(num_workers 0, 2\n× training threads 1, every CPU × persistent_workers\nyes," in document
     )

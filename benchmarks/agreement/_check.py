@@ -1,4 +1,4 @@
-"""Does the probe grade configs as the user's own loop does? (issue 13)
+"""Does the probe grade configs as the user's own loop does?
 
 For each workload: ``autotune.search(config, seed=...)`` with its default options (or
 ``trials=N``), then the default loader (``result.baseline``) and the choice

@@ -1,7 +1,8 @@
 """The plain-loop checker: what a config gives in a user's own training loop, timed
 without autotune's probe.
 
-The search's probe must not grade itself (issues 13 and 14): this module is the
+The search's probe must not grade itself (the agreement check and the generalisation
+benchmark both rest on that): this module is the
 independent judge. It reads a config the way a user's code would (``load_config``)
 and builds the loader with :meth:`Settings.loader`, then times the loop a user
 writes: fetch a batch, move it to the device, forward, loss, backward, step. It

@@ -246,7 +246,7 @@ WORKLOADS: tuple[BenchWorkload, ...] = (
         must_beat_baselines=False,
         in_default_run=False,
     ),
-    # Workloads nobody tuned the defaults for (issue 14): run by name, with
+    # Workloads nobody tuned the defaults for (the generalisation benchmark): run by name, with
     # --workloads all, and by the agreement check.
     BenchWorkload(
         name="dict-batches",

@@ -1,4 +1,4 @@
-"""Does the choice hold on workloads nobody tuned for? (issue 14)
+"""Does the choice hold on workloads nobody tuned for, seed after seed?
 
 For each workload: three searches as a user runs them (``autotune.search(config,
 seed=s)``, seeds 1, 2, 3, the default budget), then the plain-loop checker
@@ -57,7 +57,8 @@ ALL_CPUS = "all"
 DEFAULT_SEEDS = 3
 DEFAULT_ROUNDS = 3
 MIN_ROUNDS = 3
-"""The checker's medians come from at least this many interleaved rounds (issue 14)."""
+"""The checker's medians come from at least this many interleaved rounds (the protocol's
+least: the median of two rounds is only their mean)."""
 GRID_KNOBS = ("num_workers", "threads", "persistent_workers", "worker_threads")
 
 
@@ -89,7 +90,7 @@ NAMED_GRIDS = {
     "full": GridSpec(),
     "small": GridSpec(workers=(0, 2), persistent=(True,)),
 }
-"""``--grid`` by name: the issue's grid, and four points for a run that only shows the
+"""``--grid`` by name: the protocol's grid, and four points for a run that only shows the
 mode works (workers 0 and 2, persistent, 1 thread and every CPU)."""
 
 
@@ -252,7 +253,7 @@ class GeneraliseOptions:
     warmup: float = 0.5
     grid: GridSpec = dataclasses.field(default_factory=GridSpec)
     trials: int | None = None
-    """autotune's exploration trials; None: its default budget (the issue's protocol)."""
+    """autotune's exploration trials; None: its default budget (the benchmark's protocol)."""
     plain_seed: int = 0
     """Seeds the plain loop's data order."""
     study_dir: Path | None = None

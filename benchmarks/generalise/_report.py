@@ -104,7 +104,7 @@ def _values(values: Sequence[Any]) -> str:
 
 
 def departures(options: Mapping[str, Any]) -> list[str]:
-    """How a run's options depart from issue 14's protocol (none for a full run)."""
+    """How a run's options depart from the benchmark's protocol (none for a full run)."""
     found = []
     if options["seeds"] != 3:
         found.append(f"{options['seeds']} search(es) per workload, not 3")
@@ -427,7 +427,8 @@ def _departure_note(options: Mapping[str, Any]) -> list[str]:
     found = departures(options)
     if not found:
         return []
-    return [f"> Not issue 14's protocol: {'; '.join(found)}. Its verdicts judge this run only.", ""]
+    departed = "; ".join(found)
+    return [f"> Not the benchmark's protocol: {departed}. Its verdicts judge this run only.", ""]
 
 
 def document(results: Mapping[str, Any], json_name: str, svg_name: str) -> str:

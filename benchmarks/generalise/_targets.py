@@ -1,4 +1,4 @@
-"""The targets of issue 14, judged on the plain-loop checker's medians of one workload.
+"""The generalisation targets, judged on the plain-loop checker's medians of one workload.
 
 - the median of the choices >= 0.97 x the grid's best point;
 - the worst choice >= 0.93 x the grid's best point;

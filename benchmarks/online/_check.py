@@ -1,4 +1,4 @@
-"""Does the online loader pay for itself in one epoch? (issue 15)
+"""Does the online loader pay for itself in one epoch?
 
 For each workload:
 
