@@ -1,11 +1,13 @@
-"""The benchmark suite: how good are the settings autotune finds, and how cheaply.
+"""The benchmarks of autotune: how good are the settings it finds, and how cheaply.
 
-Run it with ``python -m benchmarks`` (``--quick`` for a short run); see
-``benchmarks/README.md`` for what is measured and how.
+One package per suite, each a subcommand of ``python -m benchmarks`` (see
+``benchmarks/README.md``)::
 
-::
-
-    workloads (config files)  ->  Harness (run_probe: train / compute / data)
-        -> ceilings (compute, data)  -> strategies (defaults ... autotune, oracle)
-        -> interleaved re-measurement  -> verdicts  -> tables and results files
+    suite/       every strategy (defaults ... autotune, oracle) on every workload
+    agreement/   the probe's figures beside a plain training loop's
+    online/      autotune.online against the default and the best static loader, one epoch
+    generalise/  searches of every workload judged by the plain loop on a grid
+    common/      what several suites share: the workloads, the plain-loop checker and its
+                 zygote, the verdicts, the loop that runs a check workload by workload
+    _page.py     RESULTS.md, generated from the results files
 """

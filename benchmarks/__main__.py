@@ -1,4 +1,4 @@
-"""``python -m benchmarks``: run the suite (see ``benchmarks/README.md``)."""
+"""``python -m benchmarks``: run a suite (see ``benchmarks/README.md``)."""
 
 import sys
 

@@ -90,7 +90,9 @@ def write_config(workdir: Path) -> Callable[..., Path]:
 def checks_run(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """The checks ``python -m benchmarks`` hands to its runner, which runs none of them:
     what a mode made of its flags, without measuring."""
-    from benchmarks import _cli
+    from benchmarks.agreement import _cli as agreement
+    from benchmarks.generalise import _cli as generalise
+    from benchmarks.online import _cli as online
 
     checks: list[Any] = []
 
@@ -98,7 +100,8 @@ def checks_run(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
         checks.append(check)
         return 0
 
-    monkeypatch.setattr(_cli, "run_check", run_check)
+    for suite in (agreement, generalise, online):
+        monkeypatch.setattr(suite, "run_check", run_check)
     return checks
 
 
@@ -164,7 +167,7 @@ def no_leftover_processes() -> Iterator[None]:
     yield
     # The checker's zygote lives as long as the process that measures: a test's ends
     # with it, so no later test finds it among its process's children.
-    checker = sys.modules.get("benchmarks._checker")
+    checker = sys.modules.get("benchmarks.common._checker")
     if checker is not None:
         checker.close_zygote()
     leftovers = session_processes()

@@ -1,4 +1,4 @@
-"""The agreement check (python -m benchmarks --agreement) on made-up figures: the
+"""The agreement check (python -m benchmarks agreement) on made-up figures: the
 verdict, the default loader's rounds, the section and table, the command line."""
 
 from __future__ import annotations
@@ -12,9 +12,11 @@ import pytest
 
 import autotune
 from autotune import Settings
-from benchmarks import _agreement, _cli, _side_by_side
-from benchmarks._agreement import ProbeSide, baseline_rounds, markdown, verdict
-from benchmarks._workloads import find
+from benchmarks import _cli
+from benchmarks.agreement import _check as _agreement
+from benchmarks.agreement import _side_by_side
+from benchmarks.agreement._check import ProbeSide, baseline_rounds, markdown, verdict
+from benchmarks.common._workloads import find
 
 DEFAULT = Settings(batch_size=64)
 CHOSEN = Settings(batch_size=64, num_workers=2, prefetch_factor=2, persistent_workers=True)
@@ -165,9 +167,11 @@ def test_a_default_chosen_is_measured_once() -> None:
 @pytest.mark.parametrize(
     "argv",
     [
-        ["--seconds", "1"],  # an agreement flag without --agreement
+        ["--seconds", "1"],  # a flag without a suite
+        ["suite", "--seconds", "1"],  # an agreement flag given to the suite
         ["agreement", "--quick"],
-        ["--agreement", "--trials", "0"],
+        ["agreement", "--trials", "0"],
+        ["agreement", "online"],  # two suites
         ["agreement", "--rounds", "0"],
         ["agreement", "--workloads", "tape-drive"],
         ["agreement", "--from-studies", ".", "--trials", "4"],  # reads, does not search

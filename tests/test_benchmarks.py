@@ -20,11 +20,12 @@ from autotune.probe import ProbeRequest, WorkloadSource, run_probe
 from autotune.probe._train import Trainer
 from autotune.space._space import build_space
 from autotune.workload._workload import load_config
-from benchmarks import _cli, _report
-from benchmarks._compare import Entry, interleave, median, spread
-from benchmarks._strategies import greedy_workers, loader_configs, with_workers
-from benchmarks._verdicts import judge, shared_cpu_limit
-from benchmarks._workloads import WORKLOADS, WORKLOADS_DIR, find, full_profile, quick_profile
+from benchmarks import _cli, _page
+from benchmarks.common._verdicts import judge, shared_cpu_limit
+from benchmarks.common._workloads import WORKLOADS, WORKLOADS_DIR, find, full_profile, quick_profile
+from benchmarks.suite import _report
+from benchmarks.suite._compare import Entry, interleave, median, spread
+from benchmarks.suite._strategies import greedy_workers, loader_configs, with_workers
 
 # Every config file there (a leading underscore marks a helper module the configs share).
 CONFIGS = sorted(p for p in WORKLOADS_DIR.glob("*.py") if not p.name.startswith("_"))
@@ -317,56 +318,22 @@ def test_reports_show_every_strategy_and_verdict(tmp_path: Path) -> None:
         ],
         "notes": ["two runs merged"],
     }
-    json_path, md_path = _report.write(results, tmp_path / "results", tmp_path / "RESULTS.md")
+    json_path, md_path = _report.write(results, tmp_path / "results")
     assert json_path.name == "2026-01-02-box.json"
     assert json.loads(json_path.read_text())["workloads"][0]["name"] == "io-bound"
-    page = (tmp_path / "RESULTS.md").read_text()
-    assert "(results/2026-01-02-box.json)" in page
-    assert "| io-bound | PASS 0.990 |" in page and "FAILED: RuntimeError: broken" in page
-    assert "side by side on the same CPUs, about 150 samples/s" in page
-    assert "> two runs merged" in page and "> measured while a test run shared the CPUs" in page
-    assert md_path.read_text().startswith("# Benchmark results: 2026-01-02, box (quick mode)")
-
-
-def test_the_summary_page_keeps_the_newest_figures_of_every_other_check(tmp_path: Path) -> None:
-    results = tmp_path / "results"
-    results.mkdir()
-    (results / "online-2026-01-01.md").write_text("# Online, old\n\n### io-bound\n\nold\n")
-    (results / "online-2026-01-02.md").write_text("# Online, new\n\n### io-bound\n\nnew\n")
-    (results / "agreement-2026-01-02.md").write_text("### hf-style-text\n\n| a | b |\n")
-    page = _report.with_other_checks("# Suite\n\nfigures\n", results, tmp_path)
-    own, others = page.split(_report.OTHER_CHECKS)
-    assert own.strip() == "# Suite\n\nfigures"
-    # Each check's newest file only, under a heading linking to it, headings moved down.
-    assert "From [online-2026-01-02.md](results/online-2026-01-02.md)." in others
-    assert "##### io-bound\n\nnew" in others and "old" not in others
-    assert "##### hf-style-text\n\n| a | b |" in others
-    assert others.index("probe against a plain loop") < others.index("online loader")
-    # Written again (a suite run), the page keeps one copy of them.
-    again = _report.with_other_checks(page, results, tmp_path)
-    assert again == page and again.count(_report.OTHER_CHECKS) == 1
-    assert _report.with_other_checks("# Suite\n", tmp_path / "none", tmp_path) == "# Suite\n"
-
-
-def test_the_newest_file_of_a_check_is_the_latest_by_the_date_in_its_name(
-    tmp_path: Path,
-) -> None:
-    # A merge and a rejudge write files named after what they are before their date: by
-    # the whole name, an old rejudge would sort after a newer merge.
-    results = tmp_path / "results"
-    results.mkdir()
-    for name, text in [
-        ("generalise-2026-12-01-1815.md", "one run"),
-        ("generalise-merged-2026-12-01-1854.md", "the merge"),
-        ("generalise-rejudged-2026-11-27-0227.md", "an old rejudge"),
-        ("generalise-2026-11-29-1033.md", "an earlier run"),
-    ]:
-        (results / name).write_text(f"### w\n\n{text}\n")
-    page = _report.with_other_checks("# Suite\n", results, tmp_path)
-    assert "From [generalise-merged-2026-12-01-1854.md]" in page
-    assert "the merge" in page and "an old rejudge" not in page
+    document = md_path.read_text()
+    assert document.startswith("# Benchmark results: 2026-01-02, box (quick mode)")
+    assert "(2026-01-02-box.json)" in document
+    assert "| io-bound | PASS 0.990 |" in document and "FAILED: RuntimeError: broken" in document
+    assert "side by side on the same CPUs, about 150 samples/s" in document
+    assert "> two runs merged" in document
+    assert "> measured while a test run shared the CPUs" in document
+    # The results page sums the run up from the files: its targets, its misses, a link.
+    page = _page.write(tmp_path / "results", tmp_path / "RESULTS.md").read_text()
+    assert "[2026-01-02-box.md](results/2026-01-02-box.md): io-bound, cpu-decode" in page
+    assert "| io-bound | PASS 0.990 |" in page and "| cpu-decode | error |" in page
 
 
 def test_cli_refuses_an_unknown_workload(capsys: pytest.CaptureFixture[str]) -> None:
-    assert _cli.main(["--workloads", "io-bound,tape-drive"]) == 2
+    assert _cli.main(["suite", "--workloads", "io-bound,tape-drive"]) == 2
     assert "unknown workloads ['tape-drive']" in capsys.readouterr().err

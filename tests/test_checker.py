@@ -22,8 +22,8 @@ from torch import nn
 
 from autotune.settings._settings import Settings
 from autotune.workload._workload import Workload
-from benchmarks import _checker
-from benchmarks._checker import (
+from benchmarks.common import _checker
+from benchmarks.common._checker import (
     CheckerError,
     batch_samples,
     default_forward,
@@ -33,7 +33,7 @@ from benchmarks._checker import (
     median,
     spread,
 )
-from benchmarks._zygote import Zygote, ZygoteError
+from benchmarks.common._zygote import Zygote, ZygoteError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,7 +58,7 @@ TINY = textwrap.dedent(
 
 def test_the_checker_imports_nothing_of_the_probe_or_the_search() -> None:
     code = (
-        "import benchmarks._checker, sys; "
+        "import benchmarks.common._checker, sys; "
         "print(sorted(m for m in sys.modules if m.startswith('autotune')))"
     )
     done = subprocess.run(
@@ -126,7 +126,7 @@ def test_a_measurement_past_its_limit_is_killed_with_its_workers(tmp_path: Path)
         warmup=0.0,
     )
     with pytest.raises(CheckerError, match="exited with None"):
-        _checker.run_measurement("benchmarks._checker", vars(plan), limit=4.0, what="hangs")
+        _checker.run_measurement("benchmarks.common._checker", vars(plan), limit=4.0, what="hangs")
     assert sessions_alive(_checker.zygote().sessions[-1:]) == []
     # The zygote reaped it and serves the next measurement.
     tiny = tmp_path / "tiny.py"
@@ -340,7 +340,7 @@ def test_a_zygote_that_cannot_start_says_why(tmp_path: Path) -> None:
     zygote = Zygote(dict(os.environ, PYTHONPATH=str(ROOT)), preload=["no_such_module_here"])
     try:
         with pytest.raises(ZygoteError, match="No module named 'no_such_module_here'"):
-            zygote.run("benchmarks._checker", [], tmp_path / "log", 10.0, dict(os.environ))
+            zygote.run("benchmarks.common._checker", [], tmp_path / "log", 10.0, dict(os.environ))
         assert not zygote.alive()
     finally:
         zygote.close()

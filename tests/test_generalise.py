@@ -1,4 +1,4 @@
-"""The generalisation benchmark (python -m benchmarks --generalise) on made-up figures:
+"""The generalisation benchmark (python -m benchmarks generalise) on made-up figures:
 its grid, its targets on both sides of every bound, its files, its command line, and
 that it reads the searches through autotune's public API only."""
 
@@ -24,15 +24,14 @@ from autotune.machine._machine import Machine
 from autotune.probe import Figures, Window
 from autotune.result._predict import prediction_interval
 from autotune.space._space import build_space
-from benchmarks import (
-    _cli,
-    _generalise,
-    _generalise_cli,
-    _generalise_report,
-    _generalise_rounds,
-)
-from benchmarks._checker import CheckerError
-from benchmarks._generalise import (
+from benchmarks import _cli
+from benchmarks.common._checker import CheckerError
+from benchmarks.common._workloads import find
+from benchmarks.generalise import _check as _generalise
+from benchmarks.generalise import _cli as _generalise_cli
+from benchmarks.generalise import _report as _generalise_report
+from benchmarks.generalise import _rounds as _generalise_rounds
+from benchmarks.generalise._check import (
     GeneraliseOptions,
     GridSpec,
     grid_points,
@@ -40,18 +39,17 @@ from benchmarks._generalise import (
     plan,
     run_workload,
 )
-from benchmarks._generalise_plot import LEFT as LEFT_EDGE
-from benchmarks._generalise_plot import svg
-from benchmarks._generalise_targets import assess, outside_by, space_size
-from benchmarks._workloads import find
+from benchmarks.generalise._plot import LEFT as LEFT_EDGE
+from benchmarks.generalise._plot import svg
+from benchmarks.generalise._targets import assess, outside_by, space_size
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = (
-    "_generalise",
-    "_generalise_rounds",
-    "_generalise_targets",
-    "_generalise_report",
-    "_generalise_plot",
+    "generalise._check",
+    "generalise._rounds",
+    "generalise._targets",
+    "generalise._report",
+    "generalise._plot",
 )
 MACHINE = Machine(cpus=2, cpu_model="x", memory_bytes=2**30, shm_bytes=None, accelerator="cpu")
 
@@ -493,9 +491,9 @@ def test_the_plot_reads_each_grid_point_against_the_best_of_its_own_rounds() -> 
 @pytest.mark.parametrize(
     "argv",
     [
-        ["--seeds", "2"],  # a flag of the mode without it
-        ["--grid", "small"],
-        ["generalise", "--rounds", "2"],  # fewer than the issue's 3 rounds
+        ["--seeds", "2"],  # a flag without a suite
+        ["suite", "--grid", "small"],
+        ["generalise", "--rounds", "2"],  # fewer than the 3 rounds a judgement needs
         ["generalise", "--seeds", "0"],
         ["generalise", "--trials", "0"],
         ["generalise", "--seconds", "0"],
@@ -504,7 +502,7 @@ def test_the_plot_reads_each_grid_point_against_the_best_of_its_own_rounds() -> 
         ["generalise", "--grid", '{"num_workers": [-1]}'],
         ["generalise", "--quick"],
         ["generalise", "--no-summary"],
-        ["--generalise", "--agreement"],
+        ["generalise", "agreement"],  # two suites
         ["generalise", "--workloads", "tape-drive"],
         ["generalise", "--merge", "no-such-results.json"],
         ["generalise", "--rejudge", "no-such-results.json"],
@@ -512,10 +510,9 @@ def test_the_plot_reads_each_grid_point_against_the_best_of_its_own_rounds() -> 
         ["generalise", "--rejudge", "pyproject.toml"],
         ["generalise", "--merge", "README.md", "--rejudge", "README.md"],
         ["generalise", "--final-rounds", "2"],
-        ["--final-rounds", "5"],  # a flag of the mode without it
+        ["agreement", "--final-rounds", "5"],  # a flag of another suite
         ["agreement", "--rejudge", "results.json"],
         ["generalise", "--epoch-scale", "2"],  # the online comparison's
-        ["--generalise", "--online"],
         ["online", "--seeds", "2"],
         ["agreement", "--merge", "results.json"],
         ["online", "--grid", "small"],  # a grid by name is this mode's
@@ -567,7 +564,7 @@ def test_a_run_writes_its_files_after_every_workload_named_to_the_minute(
 def test_the_options_take_what_is_given_and_their_own_defaults_for_the_rest(
     flags: list[str], expected: GeneraliseOptions
 ) -> None:
-    args = _cli._parser().parse_args(["--generalise", *flags])
+    args = _cli.parser().parse_args(["generalise", *flags])
     assert _generalise_cli.options(args) == expected
 
 
@@ -632,7 +629,7 @@ def test_a_merge_of_runs_on_several_machines_names_each_and_the_dates(tmp_path: 
 def test_the_generalise_modules_load_nothing_of_the_probe_or_the_search() -> None:
     code = (
         "import sys; "
-        + "; ".join(f"import benchmarks.{m}" for m in (*MODULES, "_generalise_cli"))
+        + "; ".join(f"import benchmarks.{m}" for m in (*MODULES, "generalise._cli"))
         + "; print(sorted(m for m in sys.modules if m.startswith('autotune')))"
     )
     done = subprocess.run(
@@ -648,7 +645,7 @@ def test_the_generalise_modules_import_only_autotunes_public_names() -> None:
     """Run time aside, the source itself: ``autotune.search`` and the public names, the
     settings' own module (for a type), nothing of the search's internals."""
     for name in MODULES:
-        tree = ast.parse((ROOT / "benchmarks" / f"{name}.py").read_text())
+        tree = ast.parse((ROOT / "benchmarks" / f"{name.replace('.', '/')}.py").read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("autotune"):
                 assert node.module in ("autotune", "autotune.settings._settings"), name
@@ -658,7 +655,7 @@ def test_the_generalise_modules_import_only_autotunes_public_names() -> None:
                 assert all(a.name in ("autotune",) or "autotune" not in a.name for a in node.names)
 
 
-def test_a_run_that_departs_from_the_issues_protocol_says_so() -> None:
+def test_a_run_that_departs_from_the_protocol_says_so() -> None:
     assert _generalise_report.departures(GeneraliseOptions().to_dict()) == []
     short = GeneraliseOptions(seeds=1, trials=4, grid=parse_grid("small")).to_dict()
     assert _generalise_report.departures(short) == [
@@ -674,7 +671,7 @@ def test_a_run_that_departs_from_the_issues_protocol_says_so() -> None:
         "workloads": [],
     }
     document = _generalise_report.document(results, "g.json", "g.svg")
-    assert "> Not issue 14's protocol: 1 search(es) per workload, not 3;" in document
+    assert "> Not the benchmark's protocol: 1 search(es) per workload, not 3;" in document
     assert (
         "(num_workers 0, 2\n× training threads 1, every CPU × persistent_workers\nyes," in document
     )

@@ -1,4 +1,4 @@
-"""The checker's final set of rounds (benchmarks/_generalise_rounds.py) and the verdicts
+"""The checker's final set of rounds (benchmarks/generalise/_rounds.py) and the verdicts
 judged on it: the leaders picked by the first set, ratios paired within a round."""
 
 from __future__ import annotations
@@ -14,11 +14,13 @@ import pytest
 
 from autotune import Settings
 from autotune.machine._machine import Machine
-from benchmarks import _cli, _generalise_report, _generalise_rounds
-from benchmarks._checker import round_order
-from benchmarks._generalise import GeneraliseOptions
-from benchmarks._generalise_rounds import RoundsOptions, finalists, measure_rounds
-from benchmarks._generalise_targets import assess, paired_ratio
+from benchmarks import _cli
+from benchmarks.common._checker import round_order
+from benchmarks.generalise import _report as _generalise_report
+from benchmarks.generalise import _rounds as _generalise_rounds
+from benchmarks.generalise._check import GeneraliseOptions
+from benchmarks.generalise._rounds import RoundsOptions, finalists, measure_rounds
+from benchmarks.generalise._targets import assess, paired_ratio
 
 MACHINE = Machine(cpus=2, cpu_model="x", memory_bytes=2**30, shm_bytes=None, accelerator="cpu")
 

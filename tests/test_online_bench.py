@@ -1,4 +1,4 @@
-"""The online comparison (python -m benchmarks --online): the grid, the rotation, the
+"""The online comparison (python -m benchmarks online): the grid, the rotation, the
 targets and tables on made-up figures, the command line, and one real epoch of each
 kind of loader in a new process on a tiny config."""
 
@@ -19,9 +19,11 @@ from conftest import sessions_alive
 from torch.utils.data import TensorDataset
 
 from autotune import Machine, Settings, SpaceError
-from benchmarks import _checker, _cli, _online
-from benchmarks._epoch import EpochView, measure_epoch
-from benchmarks._online import (
+from benchmarks import _cli
+from benchmarks.common import _checker
+from benchmarks.common._workloads import find
+from benchmarks.online import _check as _online
+from benchmarks.online._check import (
     OnlineOptions,
     grid_configs,
     judge,
@@ -29,7 +31,7 @@ from benchmarks._online import (
     rotated,
     run_workload,
 )
-from benchmarks._workloads import find
+from benchmarks.online._epoch import EpochView, measure_epoch
 
 CPU2 = Machine(cpus=2, cpu_model="x", memory_bytes=2**30, shm_bytes=None, accelerator="cpu")
 DEFAULT = Settings(batch_size=32)
@@ -171,9 +173,9 @@ def test_a_static_config_that_is_the_default_is_timed_once(
     [
         ["online", "--quick"],
         ["online", "--no-summary"],
-        ["--online", "--agreement"],
+        ["online", "agreement"],  # two suites
         ["online", "--trials", "3"],  # an agreement flag
-        ["--grid", "{}"],  # an online flag without --online
+        ["--grid", "{}"],  # a flag without a suite
         ["agreement", "--epoch-scale", "2"],
         ["online", "--epoch-scale", "0"],
         ["online", "--rounds", "0"],
@@ -182,9 +184,8 @@ def test_a_static_config_that_is_the_default_is_timed_once(
         ["online", "--grid", "[0, 4]"],  # not an object
         ["online", "--grid", '{"batch_size": [16]}'],  # not a loader knob
         ["online", "--grid", '{"num_workers": [-1, 2]}'],  # out of range
-        ["online", "--grid", "small"],  # a name only --generalise knows
-        ["online", "--seeds", "2"],  # a flag of --generalise
-        ["--online", "--generalise"],
+        ["online", "--grid", "small"],  # a name only generalise knows
+        ["online", "--seeds", "2"],  # a flag of generalise
     ],
 )
 def test_the_command_line_refuses_what_does_not_apply(
@@ -316,7 +317,7 @@ def test_the_online_loaders_modules_are_imported_before_the_epochs_clock() -> No
         "import sys\n"
         "from autotune import Settings\n"
         "from autotune.workload._workload import load_config\n"
-        "from benchmarks._epoch import _loader_factory\n"
+        "from benchmarks.online._epoch import _loader_factory\n"
         "workload = load_config('benchmarks/workloads/io_bound.py').workload\n"
         "assert 'autotune.inloop._online' not in sys.modules\n"
         "_loader_factory(workload, Settings(batch_size=8), True, 'cpu')\n"

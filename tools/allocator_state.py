@@ -10,7 +10,7 @@ on what it allocated and freed before, and in which thread: two processes built 
 same way can differ by a quarter in speed. A fork server, a zygote and a new
 interpreter each start from another heap.
 
-This tool times each config with the checker's plain loop (``benchmarks._checker``) in
+This tool times each config with the checker's plain loop (``benchmarks.common._checker``) in
 a new interpreter for every measurement, as ``python train.py`` would start, under:
 
 - ``dynamic``: glibc's own rule (``AUTOTUNE_FIX_ALLOCATOR=0``, so that autotune's
@@ -65,7 +65,7 @@ the checker's, less the allocator's variables."""
 def measure_here(plan_json: str) -> tuple[float, float]:
     """One measurement in this process: samples/s of the plain loop, and the minor page
     faults a step of its timed part."""
-    from benchmarks import _checker
+    from benchmarks.common import _checker
 
     counted: dict[str, int] = {"steps": 0, "faults": 0}
     time_span = _checker._time_span
@@ -96,7 +96,7 @@ def _child(plan_json: str) -> int:
 
 def measure(plan: dict[str, Any], rule: str) -> tuple[float, float]:
     """samples/s and minor page faults a step of ``plan``, in a new interpreter."""
-    from benchmarks import _checker
+    from benchmarks.common import _checker
 
     # PYTHONPATH: this tree, as the checker's.
     base = {k: v for k, v in _checker._environment().items() if k not in {*ENVIRONMENT, SWITCH}}

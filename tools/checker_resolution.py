@@ -1,7 +1,7 @@
 """How finely the generalisation benchmark's plain-loop checker reads, from saved runs.
 
 For each workload section of each results file, judged again by this version's rules
-(:func:`benchmarks._generalise_report.merge`'s reading: nothing is measured again):
+(:func:`benchmarks.generalise._report.merge`'s reading: nothing is measured again):
 
 - ``twin``: the default loader over its twin in the grid (the same config under another
   name), paired within each round: the checker set against itself;
@@ -27,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._generalise_report import _judged_again
+from benchmarks.generalise._report import _judged_again
 
 
 def rows(path: Path) -> list[dict[str, Any]]:

@@ -31,12 +31,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autotune.result._predict import prediction_interval
-from benchmarks._generalise_targets import outside_by
+from benchmarks.generalise._targets import outside_by
 
 
 def inside(value: float, interval: Sequence[float] | None) -> bool | None:
     """Whether ``value`` lies in ``interval``, as the benchmark's interval target reads
-    it (:func:`benchmarks._generalise_targets.outside_by`); None without one."""
+    it (:func:`benchmarks.generalise._targets.outside_by`); None without one."""
     gap = outside_by(value, interval)
     return None if gap is None else gap == 0.0
 

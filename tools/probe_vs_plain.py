@@ -1,6 +1,6 @@
 """Where does the probe part from the plain loop? One config, several ways of timing it.
 
-The agreement check (``python -m benchmarks --agreement``) found two rows where the
+The agreement check (``python -m benchmarks agreement``) found two rows where the
 probe read 5-8% below the plain-loop checker in every round. This tool times one
 config, round after round (the order rotating), by:
 
@@ -14,7 +14,7 @@ config, round after round (the order rotating), by:
   warm-up and one span as long as the windows), ``plainstep`` (the plain loop's training
   step instead of the probe's ``Trainer``), ``noseed`` (no seeding of random, numpy and
   torch); for example ``probe-bare+plainloop`` or ``probe-bare+noseed+plainstep``;
-- ``plain``: the plain-loop checker (a fork of its zygote, `benchmarks/_zygote.py`: no
+- ``plain``: the plain-loop checker (a fork of its zygote, `benchmarks/common/_zygote.py`: no
   autotune code);
 - ``plain-forkserver``: the plain loop's code run in a child of the probes' fork server.
 
@@ -50,8 +50,8 @@ import autotune.probe._child as probe_child
 from autotune import Settings
 from autotune.probe import Figures, ProbeRequest, Window, _runner
 from autotune.probe._child import child_main
-from benchmarks import _checker
-from benchmarks._side_by_side import probe_rate, probe_request
+from benchmarks.agreement._side_by_side import probe_rate, probe_request
+from benchmarks.common import _checker
 
 
 class _NoWatch:

@@ -1,12 +1,12 @@
 """Does a measurement forked from the checker's zygote read what a new Python reads?
 
 The plain-loop checker forks each measurement from a process that imported torch once
-(:mod:`benchmarks._zygote`) instead of starting a new interpreter. This times the same
+(:mod:`benchmarks.common._zygote`) instead of starting a new interpreter. This times the same
 configs both ways, interleaved within each round (fresh, zygote; then zygote, fresh),
 and prints per config the two medians, the paired ratio zygote/fresh round by round,
 and what one measurement cost each way (wall seconds, start-up included).
 
-The new-interpreter way is ``python -m benchmarks._checker PLAN ANSWER`` in a session of
+The new-interpreter way is ``python -m benchmarks.common._checker PLAN ANSWER`` in a session of
 its own, as the checker ran every measurement before the zygote.
 
 ::
@@ -31,16 +31,22 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autotune import Settings
-from benchmarks import _checker
+from benchmarks.common import _checker
 
 
 def fresh(plan: _checker.Plan) -> float:
-    """One measurement in a new interpreter (``python -m benchmarks._checker``)."""
+    """One measurement in a new interpreter (``python -m benchmarks.common._checker``)."""
     env = _checker._environment()  # the tree's PYTHONPATH, as the zygote's
     with tempfile.TemporaryDirectory(prefix="zygote-vs-fresh-") as folder:
         answer = Path(folder) / "answer.json"
         child = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks._checker", json.dumps(vars(plan)), str(answer)],
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.common._checker",
+                json.dumps(vars(plan)),
+                str(answer),
+            ],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -61,7 +67,7 @@ def fresh(plan: _checker.Plan) -> float:
 def forked(plan: _checker.Plan) -> float:
     """One measurement forked from the zygote, as the checker runs it."""
     answer = _checker.run_measurement(
-        "benchmarks._checker", dataclasses.asdict(plan), limit=300.0, what="zygote"
+        "benchmarks.common._checker", dataclasses.asdict(plan), limit=300.0, what="zygote"
     )
     rate: float = answer["samples_per_s"]
     return rate
