@@ -8,7 +8,10 @@ A page holds a marker (an HTML comment on a line of its own) where a generated p
 - ``<!-- api-reference -->``: a mkdocstrings entry for each name in ``autotune.__all__``,
   grouped into functions, classes, and errors and warnings;
 - ``<!-- benchmarks/RESULTS.md -->``: the benchmarks' results page, its headings one level
-  down and its links to files outside the docs turned into paths.
+  down.
+
+On every page, a link to a file outside docs/ becomes that file's repository path, since
+the site holds only docs/.
 
 So a default, a flag or a verdict cannot drift between the code and the docs.
 """
@@ -39,7 +42,8 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
         "api-reference": api_reference,
         "benchmarks/RESULTS.md": lambda: results_page(root / "benchmarks" / "RESULTS.md"),
     }
-    return _MARKER.sub(lambda match: parts[match.group(1)](), markdown)
+    markdown = _MARKER.sub(lambda match: parts[match.group(1)](), markdown)
+    return repository_links(markdown, os.path.dirname(os.path.join("docs", page.file.src_uri)))
 
 
 def options_table() -> str:
@@ -113,14 +117,22 @@ def search_help() -> str:
 def results_page(path: Path) -> str:
     """The results page as a section of this one: headings one level down, and each link
     to a file of the repository written as its path (those files are not in the site)."""
-    text = path.read_text()
-    text = re.sub(r"^(#{1,5}) ", r"#\1 ", text, flags=re.M)
+    text = re.sub(r"^(#{1,5}) ", r"#\1 ", path.read_text(), flags=re.M)
+    return repository_links(text, "benchmarks")
+
+
+def repository_links(text: str, folder: str) -> str:
+    """Each relative link of ``text`` (written in ``folder`` of the repository) that leaves
+    the docs, written as the repository path it names: the site holds only docs/."""
 
     def as_path(match: re.Match[str]) -> str:
         image, label, target = match.groups()
         if target.startswith(("http://", "https://", "#")):
             return match.group(0)
-        where = f"`{os.path.normpath(os.path.join('benchmarks', target.split('#')[0]))}`"
+        where = os.path.normpath(os.path.join(folder, target.split("#")[0]))
+        if where.startswith("docs" + os.sep):
+            return match.group(0)
+        where = f"`{where}`"
         return where if image or label.strip("`") == target else f"{label} ({where})"
 
     return _LINK.sub(as_path, text)
