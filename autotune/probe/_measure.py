@@ -27,6 +27,46 @@ from autotune.probe._timing import CopyTimer, copy_timer, synchronize
 Send = Callable[[tuple[str, Any]], None]
 """Sends one event of the probe protocol (see :mod:`autotune.probe._child`)."""
 
+BEAT_SECONDS = 1.0
+"""Most seconds between two "alive" events of a probe that is still stepping."""
+
+
+def beat_seconds(stall_timeout: float) -> float:
+    """Seconds between beats for a search that kills a probe silent for ``stall_timeout``:
+    :data:`BEAT_SECONDS`, or a quarter of a shorter timeout."""
+    return min(BEAT_SECONDS, stall_timeout / 4) if stall_timeout > 0 else BEAT_SECONDS
+
+
+class Heartbeat:
+    """Tells the search the probe is alive, at most once every ``every`` seconds.
+
+    The search kills a probe silent for its stall timeout as a hang, and a warm-up of
+    ``num_workers x prefetch_factor`` slow steps, or a window of a whole turn of them,
+    can last longer than that while every step ends: a beat after each step keeps the
+    stall clock counting from the last step, so only a step or a batch that never ends
+    is killed.
+    """
+
+    def __init__(
+        self,
+        send: Send,
+        every: float = BEAT_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if every <= 0:
+            raise ValueError(f"every is {every}; expected > 0 (seconds between two beats)")
+        self.send = send
+        self.every = every
+        self.clock = clock
+        self.last = clock()
+
+    def __call__(self) -> None:
+        """After a step: send "alive" if ``every`` seconds have passed since the last."""
+        now = self.clock()
+        if now - self.last >= self.every:
+            self.last = now
+            self.send(("alive", None))
+
 
 class Warmth(enum.Enum):
     """Where the warm-up stands after a round of steps."""
@@ -164,6 +204,8 @@ class Steps:
     """Times each batch is trained on (data echoing)."""
     timer: CopyTimer
     """Times the copies of a window (see :mod:`autotune.probe._timing`)."""
+    beat: Callable[[], None] = lambda: None
+    """Called after every step, warm-up included (a :class:`Heartbeat`)."""
 
     def fetch(self) -> Any:
         """The next batch on the device, untimed (start-up and warm-up)."""
@@ -179,6 +221,7 @@ class Steps:
         for _ in range(self.echo):
             self.work(batch)
         tally.add(samples, self.echo, waited)
+        self.beat()
 
 
 def measure(
@@ -191,6 +234,7 @@ def measure(
     max_windows: int,
     device: torch.device,
     timer: CopyTimer | None = None,
+    beat: Callable[[], None] | None = None,
 ) -> None:
     """Start-up, warm-up, then up to ``max_windows`` windows, each reported as it ends.
 
@@ -221,6 +265,8 @@ def measure(
         max_windows: windows to measure unless stopped.
         device: synchronised at the warm-up's end and at every window edge.
         timer: times the copies; by default :func:`copy_timer` of ``device``.
+        beat: called after every step, warm-up included, to tell the search the probe is
+            alive (a :class:`Heartbeat`); None: nothing is told.
     """
     steps = Steps(
         next_batch=next_batch,
@@ -228,6 +274,7 @@ def measure(
         work=work,
         echo=echo,
         timer=timer or copy_timer(device),
+        beat=beat or (lambda: None),
     )
     clock = time.perf_counter
     start = clock()
@@ -263,6 +310,7 @@ def _warm_up(pace: Pace, batch: Any, steps: Steps) -> bool:
             for _ in range(steps.echo):
                 steps.work(batch)
             trained += 1
+            steps.beat()
         warmth = pace.warmed(trained, began)
         if warmth is not Warmth.COLD:
             return warmth is Warmth.WARM
