@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import torch
 
 from autotune.probe._protocol import Window
-from autotune.probe._timing import CopyTimer, copy_timer, synchronize
+from autotune.probe._timing import CopyTimer, Span, copy_timer, synchronize
 
 Send = Callable[[tuple[str, Any]], None]
 """Sends one event of the probe protocol (see :mod:`autotune.probe._child`)."""
@@ -83,10 +83,14 @@ class Tally:
     began: float
     wait_seconds: float = 0.0
     copy_seconds: float = 0.0
+    device_seconds: float | None = None
     samples: int = 0
     fresh: int = 0
     steps: int = 0
     batches: int = 0
+    waits: list[Span] = dataclasses.field(default_factory=list)
+    """When the host waited for each batch, on its clock: the copies' time inside these
+    is not counted again as copying."""
 
     def add(self, n: int, echo: int, wait_seconds: float) -> None:
         """One batch of ``n`` samples, waited for ``wait_seconds``, trained ``echo`` times."""
@@ -105,6 +109,7 @@ class Tally:
             steps=self.steps,
             wait_seconds=self.wait_seconds,
             copy_seconds=self.copy_seconds,
+            device_seconds=self.device_seconds,
         )
 
 
@@ -216,11 +221,13 @@ class Steps:
         """One batch fetched, copied and trained on, counted in ``tally``."""
         began = time.perf_counter()
         batch, samples = self.next_batch()
-        waited = time.perf_counter() - began
+        ended = time.perf_counter()
+        tally.waits.append((began, ended))
         batch = self.timer.copy(self.copy, batch)
         for _ in range(self.echo):
             self.work(batch)
-        tally.add(samples, self.echo, waited)
+        self.timer.stepped()
+        tally.add(samples, self.echo, ended - began)
         self.beat()
 
 
@@ -253,7 +260,11 @@ def measure(
     - the copy to the device is timed apart by ``timer``: CUDA events on CUDA (the
       copy's own device time, without a sync), a synchronize on either side of it on
       another accelerator (a sync per step, for every mode alike), the host's clock on
-      the CPU, where it is a no-op.
+      the CPU, where it is a no-op. A copy queued without blocking (pinned memory) may
+      run while the host waits for the next batch: that part is counted in the wait
+      alone, so the wait and the copy never add up past the window;
+    - on CUDA the events also time the device's busy span of each batch, from its copy
+      to the end of its steps (``Window.device_seconds``).
 
     Args:
         pace: when the warm-up and each window end, and where the figures go.
@@ -287,6 +298,7 @@ def measure(
         if pace.stopped():
             return
         tally = Tally(began=clock())
+        steps.timer.begin()
         while True:
             steps.measured(tally)
             if pace.stopped():
@@ -294,8 +306,11 @@ def measure(
             if pace.window_full(tally, clock() - tally.began):
                 break
         synchronize(device)
-        tally.copy_seconds = steps.timer.take()
-        if not pace.close(index, tally, clock() - tally.began):
+        seconds = clock() - tally.began
+        timed = steps.timer.take(tally.waits)
+        tally.copy_seconds = timed.copy_seconds
+        tally.device_seconds = timed.device_seconds
+        if not pace.close(index, tally, seconds):
             return
 
 
