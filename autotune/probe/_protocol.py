@@ -78,7 +78,7 @@ class ProbeRequest:
     warmup_seconds: float = 1.0
     """Trained after the first batch and before the first window; not measured."""
     stall_timeout: float = 60.0
-    """A probe silent this long (no first batch, no window) is killed as hung."""
+    """A probe silent this long (no first batch, no step ending) is killed as hung."""
     memory_limit: int | None = None
     """Bytes the probe's processes (workers included) may use before being stopped."""
     seed: int = 0

@@ -43,7 +43,7 @@ class SearchOptions:
     warmup_seconds: float = 0.5
     """Training after the first batch that is not measured."""
     trial_timeout: float = 60.0
-    """A trial silent this long (no first batch, no window) is killed as hung."""
+    """A trial silent this long (no first batch, no step ending) is killed as hung."""
     memory_limit: int | None = None
     """Bytes a trial's processes may use; None: 80% of the memory available at the start."""
     finalists: int = 3
