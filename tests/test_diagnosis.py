@@ -442,8 +442,10 @@ def test_a_copy_that_matters_on_a_gpu_suggests_pinned_memory() -> None:
     # The copy is not waiting for data: the config stays compute-bound.
     assert diagnosis.verdict == "compute-bound"
     assert copy_lines(diagnosis) == [
-        "host-to-device copy: 12% of each step; pin_memory would overlap it: with "
-        "pin_memory=True batches copy asynchronously, and faster."
+        "host-to-device copy: 12% of each step; pin_memory=True would shorten it: a "
+        "pinned batch copies faster and without holding the host, which goes on loading "
+        "and launching the step meanwhile; the copy still runs on the device's compute "
+        "stream, so it overlaps the host's work, not the device's compute."
     ]
 
 
@@ -890,7 +892,7 @@ def test_the_copy_line_starts_just_past_five_percent(share: float, shown: bool) 
 def test_pinning_is_advised_only_for_an_accelerator(device: str | None, pin_advice: bool) -> None:
     diagnosis = diagnose_config("best", copying(NO_WORKERS, 0.2), device=device)
     (line,) = [a for a in diagnosis.advice if a.startswith("host-to-device copy")]
-    assert ("pin_memory would overlap it" in line) is pin_advice
+    assert ("pin_memory=True would shorten it" in line) is pin_advice
     assert ("smaller samples" in line) is not pin_advice
 
 
@@ -907,7 +909,7 @@ def test_diagnose_passes_the_results_device() -> None:
     )
     best, default = diagnose(result)
     for diagnosis in (best, default):
-        assert any("pin_memory would overlap it" in a for a in diagnosis.advice)
+        assert any("pin_memory=True would shorten it" in a for a in diagnosis.advice)
 
 
 def test_a_config_without_a_loader_alone_figure_of_its_own_is_judged_by_the_best() -> None:

@@ -105,11 +105,12 @@ def _plain_timing(
     max_windows: int,
     device: Any,
     timer: Any = None,
+    beat: Any = None,
 ) -> None:
     """The probe's measuring loop replaced by the plain loop's: ``_checker.timed_loop``
     over the probe's batches and training step, as long as the probe's windows, its
     figure sent as one ``("rate", samples/s)`` event. The copy to the device is the plain
-    loop's own (``copy`` and ``timer`` go unused: the signature is ``measure``'s)."""
+    loop's own (``copy``, ``timer`` and ``beat`` go unused: the signature is ``measure``'s)."""
     plan = _checker.Plan(
         config="",
         settings={},

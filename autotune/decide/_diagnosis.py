@@ -30,7 +30,8 @@ DATA_BOUND = 0.15
 """Waiting for data (blocked in ``next()`` on the loader, the copy to the device apart)
 longer than this share of each step makes a config data-bound."""
 COPY_MATTERS = 0.05
-"""A copy to the device taking more than this share of each step gets a line of its own."""
+"""A copy to the device taking more than this share of each step (outside the waits for
+data) gets a line of its own."""
 NEAR = 0.9
 """Within this fraction of a ceiling counts as at the ceiling."""
 CONTENTION = 0.8
@@ -102,7 +103,12 @@ class Diagnosis:
     wait_share: float
     """Share of each step's time spent waiting for data: blocked in ``next()`` on the loader."""
     copy_share: float = 0.0
-    """Share of each step's time spent copying batches to the device."""
+    """Share of each step's time spent copying batches to the device, outside the waits
+    for data (a copy queued while the training waits is hidden by the wait): it and
+    ``wait_share`` never add up past 1."""
+    device_busy_share: float | None = None
+    """Share of each step's time the device was busy (its own clock, else NVML's
+    utilisation); None on the CPU or where it was not measured."""
     compute_ceiling: float | None
     """samples/s of the model on batches in memory, at this config's batch size, AMP, threads."""
     data_ceiling: float | None
@@ -145,6 +151,8 @@ class Diagnosis:
             f"{self.subject}: {self.verdict}, {format_rate(self.samples_per_s)} samples/s, "
             f"waiting for data {self.wait_share:.0%} of each step"
         )
+        if self.device_busy_share is not None:
+            text += f", device busy {self.device_busy_share:.0%}"
         if self.of_ceiling is not None and self.ceiling is not None:
             which = f", the {self.bound_by} ceiling" if self.bound_by else ""
             text += (
@@ -245,6 +253,7 @@ def diagnose_config(
         verdict=verdict,
         wait_share=wait,
         copy_share=figures.copy_fraction,
+        device_busy_share=figures.device_busy_fraction,
         compute_ceiling=compute_rate,
         data_ceiling=data_rate,
         loader_limit=limit_rate,
@@ -326,9 +335,13 @@ def _copy(settings: Settings, share: float, device: str | None) -> list[str]:
     accelerator = device is not None and device.split(":")[0] != "cpu"
     if accelerator and not settings.pin_memory:
         # From pageable memory the copy blocks the host and goes through a staging buffer.
+        # Pinned, it is queued on the compute stream: the host goes on, the device's
+        # compute still waits for it.
         return [
-            line + "pin_memory would overlap it: with pin_memory=True batches copy "
-            "asynchronously, and faster."
+            line + "pin_memory=True would shorten it: a pinned batch copies faster and "
+            "without holding the host, which goes on loading and launching the step "
+            "meanwhile; the copy still runs on the device's compute stream, so it "
+            "overlaps the host's work, not the device's compute."
         ]
     return [line + "smaller samples (uint8, normalised on the device) would shorten it."]
 

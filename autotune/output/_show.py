@@ -8,12 +8,19 @@ from typing import Any
 
 from autotune._format import format_rate
 from autotune.decide._diagnosis import Diagnosis
+from autotune.probe import Figures
 from autotune.result._result import SearchResult
 from autotune.study._study import TrialRecord
 
 
 def _mib(value: int | None) -> str:
     return "-" if value is None else f"{value / 2**20:,.0f}"
+
+
+def _busy(figures: Figures) -> str:
+    """ ", device busy 85%" where the device's busy share was measured (a GPU); "" else."""
+    busy = figures.device_busy_fraction
+    return "" if busy is None else f", device busy {busy:.0%}"
 
 
 def result_lines(result: SearchResult) -> list[str]:
@@ -24,7 +31,7 @@ def result_lines(result: SearchResult) -> list[str]:
     detail = f"  {result.rate_text()}"
     if result.settings.echo > 1:
         detail += f" ({format_rate(figures.fresh_per_s)} fresh samples/s)"
-    detail += f", waiting for data {figures.wait_fraction:.0%} of the time"
+    detail += f", waiting for data {figures.wait_fraction:.0%} of the time{_busy(figures)}"
     if figures.startup_s is not None:
         detail += f", start-up {figures.startup_s:.2f} s"
     if figures.peak_memory_bytes:
@@ -38,7 +45,7 @@ def result_lines(result: SearchResult) -> list[str]:
         lines.append(
             f"default DataLoader (num_workers=0, batch_size={base.settings.batch_size}): "
             f"{format_rate(base.samples_per_s)} samples/s, waiting for data "
-            f"{base.figures.wait_fraction:.0%} of the time"
+            f"{base.figures.wait_fraction:.0%} of the time{_busy(base.figures)}"
         )
         speedup = result.speedup_text()
         if speedup is not None:
@@ -132,6 +139,7 @@ def show_json(
                     "settings": baseline.settings.to_dict(),
                     "samples_per_s": baseline.samples_per_s,
                     "wait_fraction": baseline.figures.wait_fraction,
+                    "device_busy_fraction": baseline.figures.device_busy_fraction,
                 }
                 if baseline is not None
                 else None
@@ -152,6 +160,8 @@ def _diagnosis_json(diagnosis: Diagnosis) -> dict[str, Any]:
         "verdict": diagnosis.verdict,
         "samples_per_s": diagnosis.samples_per_s,
         "wait_share": diagnosis.wait_share,
+        "copy_share": diagnosis.copy_share,
+        "device_busy_share": diagnosis.device_busy_share,
         "compute_ceiling": diagnosis.compute_ceiling,
         "data_ceiling": diagnosis.data_ceiling,
         "loader_limit": diagnosis.loader_limit,

@@ -3,6 +3,7 @@ model, the batches across epochs, the threads; shared by a probe alone and each 
 
 from __future__ import annotations
 
+import io
 import itertools
 import multiprocessing
 import os
@@ -23,12 +24,33 @@ from autotune.workload._workload import Workload, load_config
 
 
 def materialize(source: WorkloadSource) -> Workload:
-    """The workload, from its config file or its pickled form."""
+    """The workload, from its config file or its pickled form.
+
+    Pickled pieces come back with every tensor on the CPU: a model built on a GPU
+    (``trainer.model`` under Hugging Face) is pickled with its CUDA storages, which a
+    plain unpickle restores on the GPU they came from, ``cuda:0`` in every probe and
+    every rank, beside the copy :func:`make_model` moves to the probe's own device.
+    """
     if source.config_path is not None:
         return load_config(source.config_path).workload
     assert source.pickled is not None
-    workload: Workload = pickle.loads(source.pickled)
+    workload: Workload = _CpuUnpickler(io.BytesIO(source.pickled)).load()
     return workload
+
+
+def _storage_on_cpu(data: bytes) -> Any:
+    """A tensor storage pickled by torch, restored on the CPU whatever its device."""
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+
+
+class _CpuUnpickler(pickle.Unpickler):
+    """Unpickles as :func:`pickle.loads` does, but restores tensor storages on the CPU
+    (torch pickles each storage as a call of ``torch.storage._load_from_bytes``)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) == ("torch.storage", "_load_from_bytes"):
+            return _storage_on_cpu
+        return super().find_class(module, name)
 
 
 class SamplerCounts:

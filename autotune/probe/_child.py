@@ -9,6 +9,8 @@ builds the workload, and streams figures back per window:
     ("info", {...})                    what a check probe learned
     ("workers", [pid, ...])            the probe's children not named before, once an
                                        epoch has started the loader's workers
+    ("alive", None)                    still stepping (at most once a second, so that a
+                                       long warm-up is not taken for a hang)
     ("done", None)                     finished normally
     ("error", Failure)                 failed, with the reason
 
@@ -47,7 +49,7 @@ from autotune.probe._build import (
 )
 from autotune.probe._ddp import run_ranks
 from autotune.probe._failure import ReportedFailure, classify
-from autotune.probe._measure import Send, SoloPace, measure
+from autotune.probe._measure import Heartbeat, Send, SoloPace, beat_seconds, measure
 from autotune.probe._protocol import ProbeRequest
 from autotune.probe._timing import synchronize
 from autotune.probe._train import (
@@ -146,6 +148,7 @@ def _run(request: ProbeRequest, send: Send, stop: threading.Event) -> None:
             echo=echo,
             max_windows=request.max_windows,
             device=device,
+            beat=Heartbeat(send, beat_seconds(request.stall_timeout)),
         )
 
     def to_this_device(batch: Any) -> Any:

@@ -49,7 +49,7 @@ from autotune.probe._build import (
     workers_sender,
 )
 from autotune.probe._failure import ReportedFailure, classify, describe_exit
-from autotune.probe._measure import Send, Tally, Warmth, measure
+from autotune.probe._measure import Heartbeat, Send, Tally, Warmth, beat_seconds, measure
 from autotune.probe._protocol import DdpSpec, Failure, ProbeRequest, Window
 from autotune.probe._timing import synchronize
 from autotune.probe._train import PieceError, Trainer, to_device
@@ -253,6 +253,8 @@ def _train(request: ProbeRequest, rank: int, link: Connection, halt: Any) -> Non
         echo=settings.echo,
         max_windows=request.max_windows,
         device=device,
+        # Rank 0's events reach the search; the ranks step together.
+        beat=Heartbeat(link.send, beat_seconds(request.stall_timeout)) if rank == 0 else None,
     )
 
 

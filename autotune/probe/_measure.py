@@ -22,10 +22,50 @@ from typing import Any, Protocol
 import torch
 
 from autotune.probe._protocol import Window
-from autotune.probe._timing import CopyTimer, copy_timer, synchronize
+from autotune.probe._timing import CopyTimer, Span, copy_timer, synchronize
 
 Send = Callable[[tuple[str, Any]], None]
 """Sends one event of the probe protocol (see :mod:`autotune.probe._child`)."""
+
+BEAT_SECONDS = 1.0
+"""Most seconds between two "alive" events of a probe that is still stepping."""
+
+
+def beat_seconds(stall_timeout: float) -> float:
+    """Seconds between beats for a search that kills a probe silent for ``stall_timeout``:
+    :data:`BEAT_SECONDS`, or a quarter of a shorter timeout."""
+    return min(BEAT_SECONDS, stall_timeout / 4) if stall_timeout > 0 else BEAT_SECONDS
+
+
+class Heartbeat:
+    """Tells the search the probe is alive, at most once every ``every`` seconds.
+
+    The search kills a probe silent for its stall timeout as a hang, and a warm-up of
+    ``num_workers x prefetch_factor`` slow steps, or a window of a whole turn of them,
+    can last longer than that while every step ends: a beat after each step keeps the
+    stall clock counting from the last step, so only a step or a batch that never ends
+    is killed.
+    """
+
+    def __init__(
+        self,
+        send: Send,
+        every: float = BEAT_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if every <= 0:
+            raise ValueError(f"every is {every}; expected > 0 (seconds between two beats)")
+        self.send = send
+        self.every = every
+        self.clock = clock
+        self.last = clock()
+
+    def __call__(self) -> None:
+        """After a step: send "alive" if ``every`` seconds have passed since the last."""
+        now = self.clock()
+        if now - self.last >= self.every:
+            self.last = now
+            self.send(("alive", None))
 
 
 class Warmth(enum.Enum):
@@ -43,10 +83,14 @@ class Tally:
     began: float
     wait_seconds: float = 0.0
     copy_seconds: float = 0.0
+    device_seconds: float | None = None
     samples: int = 0
     fresh: int = 0
     steps: int = 0
     batches: int = 0
+    waits: list[Span] = dataclasses.field(default_factory=list)
+    """When the host waited for each batch, on its clock: the copies' time inside these
+    is not counted again as copying."""
 
     def add(self, n: int, echo: int, wait_seconds: float) -> None:
         """One batch of ``n`` samples, waited for ``wait_seconds``, trained ``echo`` times."""
@@ -65,6 +109,7 @@ class Tally:
             steps=self.steps,
             wait_seconds=self.wait_seconds,
             copy_seconds=self.copy_seconds,
+            device_seconds=self.device_seconds,
         )
 
 
@@ -164,6 +209,8 @@ class Steps:
     """Times each batch is trained on (data echoing)."""
     timer: CopyTimer
     """Times the copies of a window (see :mod:`autotune.probe._timing`)."""
+    beat: Callable[[], None] = lambda: None
+    """Called after every step, warm-up included (a :class:`Heartbeat`)."""
 
     def fetch(self) -> Any:
         """The next batch on the device, untimed (start-up and warm-up)."""
@@ -174,11 +221,14 @@ class Steps:
         """One batch fetched, copied and trained on, counted in ``tally``."""
         began = time.perf_counter()
         batch, samples = self.next_batch()
-        waited = time.perf_counter() - began
+        ended = time.perf_counter()
+        tally.waits.append((began, ended))
         batch = self.timer.copy(self.copy, batch)
         for _ in range(self.echo):
             self.work(batch)
-        tally.add(samples, self.echo, waited)
+        self.timer.stepped()
+        tally.add(samples, self.echo, ended - began)
+        self.beat()
 
 
 def measure(
@@ -191,6 +241,7 @@ def measure(
     max_windows: int,
     device: torch.device,
     timer: CopyTimer | None = None,
+    beat: Callable[[], None] | None = None,
 ) -> None:
     """Start-up, warm-up, then up to ``max_windows`` windows, each reported as it ends.
 
@@ -209,7 +260,11 @@ def measure(
     - the copy to the device is timed apart by ``timer``: CUDA events on CUDA (the
       copy's own device time, without a sync), a synchronize on either side of it on
       another accelerator (a sync per step, for every mode alike), the host's clock on
-      the CPU, where it is a no-op.
+      the CPU, where it is a no-op. A copy queued without blocking (pinned memory) may
+      run while the host waits for the next batch: that part is counted in the wait
+      alone, so the wait and the copy never add up past the window;
+    - on CUDA the events also time the device's busy span of each batch, from its copy
+      to the end of its steps (``Window.device_seconds``).
 
     Args:
         pace: when the warm-up and each window end, and where the figures go.
@@ -221,6 +276,8 @@ def measure(
         max_windows: windows to measure unless stopped.
         device: synchronised at the warm-up's end and at every window edge.
         timer: times the copies; by default :func:`copy_timer` of ``device``.
+        beat: called after every step, warm-up included, to tell the search the probe is
+            alive (a :class:`Heartbeat`); None: nothing is told.
     """
     steps = Steps(
         next_batch=next_batch,
@@ -228,6 +285,7 @@ def measure(
         work=work,
         echo=echo,
         timer=timer or copy_timer(device),
+        beat=beat or (lambda: None),
     )
     clock = time.perf_counter
     start = clock()
@@ -240,6 +298,7 @@ def measure(
         if pace.stopped():
             return
         tally = Tally(began=clock())
+        steps.timer.begin()
         while True:
             steps.measured(tally)
             if pace.stopped():
@@ -247,8 +306,11 @@ def measure(
             if pace.window_full(tally, clock() - tally.began):
                 break
         synchronize(device)
-        tally.copy_seconds = steps.timer.take()
-        if not pace.close(index, tally, clock() - tally.began):
+        seconds = clock() - tally.began
+        timed = steps.timer.take(tally.waits)
+        tally.copy_seconds = timed.copy_seconds
+        tally.device_seconds = timed.device_seconds
+        if not pace.close(index, tally, seconds):
             return
 
 
@@ -263,6 +325,7 @@ def _warm_up(pace: Pace, batch: Any, steps: Steps) -> bool:
             for _ in range(steps.echo):
                 steps.work(batch)
             trained += 1
+            steps.beat()
         warmth = pace.warmed(trained, began)
         if warmth is not Warmth.COLD:
             return warmth is Warmth.WARM

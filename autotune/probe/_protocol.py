@@ -78,7 +78,7 @@ class ProbeRequest:
     warmup_seconds: float = 1.0
     """Trained after the first batch and before the first window; not measured."""
     stall_timeout: float = 60.0
-    """A probe silent this long (no first batch, no window) is killed as hung."""
+    """A probe silent this long (no first batch, no step ending) is killed as hung."""
     memory_limit: int | None = None
     """Bytes the probe's processes (workers included) may use before being stopped."""
     seed: int = 0
@@ -111,8 +111,15 @@ class Window:
     wait_seconds: float
     """Time the training loop spent blocked in ``next()`` on the loader."""
     copy_seconds: float = 0.0
-    """Time the batches took to copy to the device, measured apart from the wait: about
-    0 on the CPU (the copy is a no-op), 0 in studies written before it was measured."""
+    """Time the batches took to copy to the device, measured apart from the wait and
+    outside it (a copy that runs while the training waits for the next batch is hidden
+    by the wait), so that the two never add up past ``seconds``: about 0 on the CPU
+    (the copy is a no-op), 0 in studies written before it was measured."""
+    device_seconds: float | None = None
+    """Time the device was busy, from each batch's copy to the end of its steps, by the
+    device's own clock (CUDA events): gaps inside a step count as busy. None where no
+    device clock was read (the CPU, other accelerators, a DDP probe's ranks, studies
+    written before it was measured)."""
 
     @property
     def samples_per_s(self) -> float:
@@ -189,6 +196,21 @@ class Figures:
         return copy / self.seconds if self.seconds > 0 else 0.0
 
     @property
+    def device_busy_fraction(self) -> float | None:
+        """Share of the windows' time the device was busy: by its own clock where the
+        windows timed it, else NVML's utilisation over them (the mean of the GPUs the
+        probe trained on); None on the CPU, or where neither was read."""
+        timed = [w for w in self.windows if w.device_seconds is not None]
+        seconds = sum(w.seconds for w in timed)
+        if timed and seconds > 0:
+            return min(1.0, sum(w.device_seconds or 0.0 for w in timed) / seconds)
+        if self.monitor is None:
+            return None
+        readings = [g.utilization_percent for g in self.monitor.gpus]
+        known = [r for r in readings if r is not None]
+        return statistics.fmean(known) / 100.0 if known else None
+
+    @property
     def window_spread(self) -> float:
         """Relative spread of the windows' throughputs (stdev / mean): the noise."""
         rates = [w.samples_per_s for w in self.windows]
@@ -202,6 +224,7 @@ class Figures:
             "fresh_per_s": self.fresh_per_s,
             "wait_fraction": self.wait_fraction,
             "copy_fraction": self.copy_fraction,
+            "device_busy_fraction": self.device_busy_fraction,
             "startup_s": self.startup_s,
             "peak_memory_bytes": self.peak_memory_bytes,
             "wall_s": self.wall_s,

@@ -324,6 +324,7 @@ class _RunningProbe:
             "window": self._on_window,
             "info": self._on_info,
             "workers": self._on_workers,
+            "alive": self._on_alive,
             "done": self._on_done,
             "error": self._on_error,
         }
@@ -362,6 +363,10 @@ class _RunningProbe:
     def _on_workers(self, pids: list[int]) -> bool:
         """The loader has started its workers: they belong to the probe's tree."""
         self.watch.adopt(pids)
+        return True
+
+    def _on_alive(self, payload: None) -> bool:
+        """The probe is still stepping (heard: the stall clock starts again)."""
         return True
 
     def _on_done(self, payload: None) -> bool:

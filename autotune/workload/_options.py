@@ -59,7 +59,7 @@ class SearchOptions:
     It lasts at least through the batches the workers queued while starting
     (``num_workers`` x ``prefetch_factor``)."""
     trial_timeout: float = 60.0
-    """A trial silent this long (no first batch, no window) is killed as hung."""
+    """A trial silent this long (no first batch, no step ending) is killed as hung."""
     memory_limit: int | None = None
     """Bytes (or "4GiB") a trial's processes may use; by default 80% of the available RAM.
 

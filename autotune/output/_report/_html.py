@@ -97,6 +97,10 @@ def _card(diagnosis: Diagnosis) -> str:
     rows: list[tuple[str, str]] = [
         ("trains", f"{format_rate(diagnosis.samples_per_s)} samples/s"),
         ("waiting for data", f"{diagnosis.wait_share:.0%} of each step"),
+    ]
+    if diagnosis.device_busy_share is not None:
+        rows.append(("device busy", f"{diagnosis.device_busy_share:.0%} of each step"))
+    rows += [
         ("compute ceiling", _rate(diagnosis.compute_ceiling)),
         ("data ceiling", _rate(diagnosis.data_ceiling)),
     ]

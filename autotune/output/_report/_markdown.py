@@ -47,6 +47,8 @@ def _diagnosis_section(diagnosis: Diagnosis) -> list[str]:
     lines.append("| --- | ---: |")
     lines.append(f"| trains | {format_rate(diagnosis.samples_per_s)} samples/s |")
     lines.append(f"| waiting for data | {diagnosis.wait_share:.0%} of each step |")
+    if diagnosis.device_busy_share is not None:
+        lines.append(f"| device busy | {diagnosis.device_busy_share:.0%} of each step |")
     for label, value in (
         ("compute ceiling", diagnosis.compute_ceiling),
         ("data ceiling", diagnosis.data_ceiling),
