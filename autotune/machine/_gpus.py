@@ -28,6 +28,7 @@ GpuSpec: TypeAlias = "str | int | Sequence[int] | None"
 _VISIBLE = "CUDA_VISIBLE_DEVICES"
 _NONE = ("none", "cpu", "")
 _BF16_CAPABILITY = (8, 0)
+_MASK_BITS = 64
 
 
 @functools.cache
@@ -65,6 +66,8 @@ class Gpu:
     """NVML's UUID, None when NVML cannot see it (a MIG instance, or no NVML)."""
     memory_bytes: int | None = None
     compute_capability: tuple[int, int] | None = None
+    cpu_affinity: tuple[int, ...] | None = None
+    """The CPUs near it (its NUMA node's), as NVML reports them; None when unknown."""
 
     @property
     def pin(self) -> str:
@@ -142,7 +145,24 @@ def _read_device(nvml: Any, index: int) -> Gpu:
         uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
         memory_bytes=int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
         compute_capability=capability,
+        cpu_affinity=_read_affinity(nvml, handle),
     )
+
+
+def _read_affinity(nvml: Any, handle: Any) -> tuple[int, ...] | None:
+    """The CPUs NVML names near the GPU: its bitmask of 64-bit words, one bit a CPU."""
+    words = max(1, -(-(os.cpu_count() or 1) // _MASK_BITS))
+    try:
+        mask = nvml.nvmlDeviceGetCpuAffinity(handle, words)
+    except nvml.NVMLError:
+        return None
+    cpus = tuple(
+        index * _MASK_BITS + bit
+        for index, word in enumerate(mask)
+        for bit in range(_MASK_BITS)
+        if int(word) >> bit & 1
+    )
+    return cpus or None
 
 
 def _apply_visible(value: str, physical: Sequence[Gpu]) -> tuple[Gpu, ...]:

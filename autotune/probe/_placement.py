@@ -6,6 +6,10 @@ the CPUs this process may use into N disjoint sets, and every probe runs
 pinned (CPU affinity) to one set and, on GPUs, to one GPU: a trial measures
 what one rank will have. Up to N trials run at once, one per slot, as N ranks
 would. The DDP probe then runs all N ranks together.
+
+A set is made of whole physical cores where the share allows (a rank whose CPUs
+are hyper-thread siblings of another rank's shares their cores), taken first from
+the CPUs NVML names near the rank's GPU (its NUMA node).
 """
 
 from __future__ import annotations
@@ -13,11 +17,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import queue
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from autotune._errors import ConfigError
 from autotune.machine._gpus import Discovery, Gpu, GpuSpec, parse_spec, select
+from autotune.machine._topology import FLAT, CpuTopology
 from autotune.probe import ProbeRequest
 from autotune.probe._protocol import DdpSpec, RankPlace
 
@@ -147,6 +152,7 @@ def plan_placement(
     discovery: Discovery,
     cpus: Sequence[int],
     usable: int,
+    topology: CpuTopology = FLAT,
 ) -> Placement:
     """The placement for a search.
 
@@ -157,6 +163,8 @@ def plan_placement(
         discovery: the visible GPUs.
         cpus: the CPUs this process may run on (its affinity).
         usable: how many of them it may keep busy (a cgroup quota may allow fewer).
+        topology: the CPUs' cores and NUMA nodes (:func:`autotune.machine._topology.read_topology`);
+            the default knows none, and splits the CPUs in order.
 
     Raises:
         ConfigError: a selection that contradicts the device, names an invisible GPU,
@@ -187,9 +195,8 @@ def plan_placement(
         raise ConfigError(
             f"{count} ranks need a CPU each at least, but this process may use {usable}."
         )
-    share = usable // count
-    ordered = sorted(cpus)
-    cpu_sets = tuple(tuple(ordered[i * share : (i + 1) * share]) for i in range(count))
+    near = [g.cpu_affinity for g in selected] if selected else [None] * count
+    cpu_sets = split_cpus(cpus, usable=usable, near=near, topology=topology)
     visible = None
     if selected and (discovery.visible_env is not None or len(selected) < len(discovery.gpus)):
         visible = ",".join(g.token for g in selected)
@@ -200,6 +207,56 @@ def plan_placement(
         gpus=selected,
         visible=visible,
     )
+
+
+def split_cpus(
+    cpus: Iterable[int],
+    *,
+    usable: int,
+    near: Sequence[Sequence[int] | None],
+    topology: CpuTopology,
+) -> tuple[tuple[int, ...], ...]:
+    """Disjoint CPU sets of ``usable // len(near)`` CPUs each, one per rank.
+
+    Each rank takes, from the CPUs near its GPU first (``near``; None: no preference),
+    then from the others: whole cores that fit its share, then a part of an untouched
+    core, and only then what is left of a core another rank holds part of. Ranks with
+    fewer near CPUs choose first, so a rank with no preference does not take theirs.
+
+    Args:
+        cpus: the CPUs this process may run on.
+        usable: how many of them it may keep busy.
+        near: per rank, the CPUs near its GPU.
+        topology: which CPUs are one core's hyper-threads.
+    """
+    allowed = set(cpus)
+    share = usable // len(near)
+    free = topology.group(allowed)
+    touched: set[tuple[int, ...]] = set()
+    """Cores whose other threads a rank holds."""
+    sets: dict[int, tuple[int, ...]] = {}
+    close = [set(n) & allowed if n else set() for n in near]
+    for rank in sorted(range(len(near)), key=lambda r: len(close[r]) or len(allowed) + 1):
+        taken: list[int] = []
+        for group in (close[rank] or allowed, allowed):
+            for shared in (False, True):
+                for whole in (True, False):
+                    for core in list(free):
+                        need = share - len(taken)
+                        if not need:
+                            break
+                        if (core in touched) != shared or not set(core) <= group:
+                            continue
+                        if whole and len(core) > need:
+                            continue
+                        free.remove(core)
+                        taken += core[:need]
+                        if len(core) > need:
+                            rest = core[need:]
+                            free.insert(0, rest)
+                            touched.add(rest)
+        sets[rank] = tuple(sorted(taken))
+    return tuple(sets[rank] for rank in range(len(near)))
 
 
 def _select(
