@@ -115,6 +115,8 @@ def install(monkeypatch: pytest.MonkeyPatch, gpus: list[FakeGpu]) -> FakeNvml:
     """Make autotune read NVML from a stand-in for ``gpus`` (this process only)."""
     fake = FakeNvml(gpus)
     monkeypatch.setattr(_gpu, "load_nvml", lambda: (fake, None))
+    # The GPUs are torch's too, as on a machine with the CUDA build of torch.
+    monkeypatch.setattr(_gpu, "torch_has_cuda", lambda: True)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     return fake
 

@@ -277,7 +277,11 @@ def _select(
             raise ConfigError(f"device is {device!r} but gpus is {gpus!r}; drop one of them.")
         if not discovery.gpus:
             raise ConfigError(f"device is {device!r}, but {discovery.describe()}.")
-    return select(gpus, discovery)
+    selected = select(gpus, discovery)
+    problem = discovery.torch_problem()
+    if selected and problem:
+        raise ConfigError(problem)
+    return selected
 
 
 class SlotPool:
