@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -158,3 +159,26 @@ def test_the_launch_lines_wrapper_runs_each_rank_on_its_cpus(tmp_path: Path) -> 
             wrapper, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=True
         )
         assert done.stdout.strip() == str(list(cpus))
+
+
+TRAIN = """import os, pathlib
+rank = os.environ["LOCAL_RANK"]
+pathlib.Path(f"rank{rank}.txt").write_text(str(sorted(os.sched_getaffinity(0))))
+"""
+
+
+@pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun is not on PATH")
+def test_torchrun_runs_the_launch_line_with_each_rank_on_its_cpus(tmp_path: Path) -> None:
+    allowed = sorted(os.sched_getaffinity(0))
+    sets = ((allowed[-1],), (allowed[0],))
+    (tmp_path / "train.py").write_text(TRAIN)
+    line = torchrun_line(
+        world_size=2, device_type="cpu", visible=None, threads=1, cpu_sets=sets, allocator=None
+    )
+    python = Path(sys.executable).parent
+    scratch = tmp_path / "tmp"  # torchrun leaves its own folder behind there
+    scratch.mkdir()
+    env = {**os.environ, "PATH": f"{python}:{os.environ['PATH']}", "TMPDIR": str(scratch)}
+    subprocess.run(line, shell=True, cwd=tmp_path, env=env, timeout=180, check=True)
+    for rank, cpus in enumerate(sets):
+        assert (tmp_path / f"rank{rank}.txt").read_text() == str(list(cpus))
