@@ -114,6 +114,12 @@ def test_a_share_of_an_odd_count_splits_one_core_at_most(tmp_path: Path) -> None
     assert split == [(1, 9), (3, 11)]
 
 
+def test_a_rank_without_preference_leaves_the_near_cpus_to_one_with_it(tmp_path: Path) -> None:
+    topology = read_topology(two_socket_tree(tmp_path))
+    sets = split_cpus(range(16), usable=16, near=[None, NODE0], topology=topology)
+    assert sets == (NODE1, NODE0)
+
+
 def test_affinity_outside_the_allowed_cpus_is_ignored(tmp_path: Path) -> None:
     topology = read_topology(two_socket_tree(tmp_path))
     allowed = [0, 1, 2, 3, 8, 9, 10, 11]  # a container kept on socket 0

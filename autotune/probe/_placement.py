@@ -219,9 +219,10 @@ def split_cpus(
     """Disjoint CPU sets of ``usable // len(near)`` CPUs each, one per rank.
 
     Each rank takes, from the CPUs near its GPU first (``near``; None: no preference),
-    then from the others: whole cores that fit its share, then a part of an untouched
-    core, and only then what is left of a core another rank holds part of. Ranks with
-    fewer near CPUs choose first, so a rank with no preference does not take theirs.
+    then from the others, in the order of :data:`_PASSES`: whole cores that fit its
+    share, then a part of an untouched core, and only then what is left of a core
+    another rank holds part of. Ranks with fewer near CPUs choose first, so a rank
+    with no preference does not take theirs.
 
     Args:
         cpus: the CPUs this process may run on.
@@ -231,32 +232,49 @@ def split_cpus(
     """
     allowed = set(cpus)
     share = usable // len(near)
-    free = topology.group(allowed)
-    touched: set[tuple[int, ...]] = set()
-    """Cores whose other threads a rank holds."""
-    sets: dict[int, tuple[int, ...]] = {}
+    pool = _Cores(free=topology.group(allowed))
     close = [set(n) & allowed if n else set() for n in near]
+    sets: dict[int, tuple[int, ...]] = {}
     for rank in sorted(range(len(near)), key=lambda r: len(close[r]) or len(allowed) + 1):
         taken: list[int] = []
         for group in (close[rank] or allowed, allowed):
-            for shared in (False, True):
-                for whole in (True, False):
-                    for core in list(free):
-                        need = share - len(taken)
-                        if not need:
-                            break
-                        if (core in touched) != shared or not set(core) <= group:
-                            continue
-                        if whole and len(core) > need:
-                            continue
-                        free.remove(core)
-                        taken += core[:need]
-                        if len(core) > need:
-                            rest = core[need:]
-                            free.insert(0, rest)
-                            touched.add(rest)
+            for shared, whole in _PASSES:
+                taken += pool.take(share - len(taken), group, shared=shared, whole=whole)
         sets[rank] = tuple(sorted(taken))
     return tuple(sets[rank] for rank in range(len(near)))
+
+
+_PASSES = ((False, True), (False, False), (True, True), (True, False))
+"""(shared, whole) in the order a rank takes cores: whole untouched ones, part of an
+untouched one, whole leftovers of cores other ranks hold part of, part of a leftover."""
+
+
+@dataclasses.dataclass
+class _Cores:
+    """The cores no rank has taken yet, and which of them are leftovers of a split."""
+
+    free: list[tuple[int, ...]]
+    touched: set[tuple[int, ...]] = dataclasses.field(default_factory=set)
+
+    def take(self, need: int, group: set[int], *, shared: bool, whole: bool) -> list[int]:
+        """Up to ``need`` CPUs of cores within ``group``: leftovers (``shared``) or
+        untouched ones; whole cores only (``whole``), or the first that has any."""
+        taken: list[int] = []
+        for core in list(self.free):
+            left = need - len(taken)
+            if not left:
+                break
+            if (core in self.touched) != shared or not set(core) <= group:
+                continue
+            if whole and len(core) > left:
+                continue
+            self.free.remove(core)
+            taken += core[:left]
+            if len(core) > left:
+                rest = core[left:]
+                self.free.append(rest)
+                self.touched.add(rest)
+        return taken
 
 
 def _select(
