@@ -67,7 +67,8 @@ def training_arguments(result: ResultSource) -> dict[str, Any]:
         result: a :class:`autotune.SearchResult`, a study file or name, or exported JSON.
 
     Returns:
-        ``TrainingArguments(output_dir=..., **training_arguments(result))``'s keywords.
+        ``TrainingArguments(output_dir=..., **training_arguments(result))``'s keywords
+        (merge ``accelerator_config`` into your own when you pass one).
     """
     result = as_result(result)
     settings = result.settings
