@@ -92,6 +92,7 @@ def test_each_gpu_rank_gets_whole_cores_on_its_gpus_node(monkeypatch, tmp_path: 
         topology=topology,
     )
     assert placement.cpu_sets == (NODE1, NODE0)
+    assert placement.describe().endswith("8 CPU(s) each: 4-7,12-15 | 0-3,8-11")
     half = plan_placement(
         device=None,
         gpus=None,

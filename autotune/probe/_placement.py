@@ -22,7 +22,7 @@ from typing import Any
 
 from autotune._errors import ConfigError
 from autotune.machine._gpus import Discovery, Gpu, GpuSpec, parse_spec, select
-from autotune.machine._topology import FLAT, CpuTopology
+from autotune.machine._topology import FLAT, CpuTopology, format_cpulist
 from autotune.probe import ProbeRequest
 from autotune.probe._protocol import DdpSpec, RankPlace
 
@@ -125,13 +125,16 @@ class Placement:
         )
 
     def describe(self) -> str:
-        """One line: ranks, devices, CPUs each."""
+        """One line: ranks, devices, CPUs each (and which, with several ranks)."""
         if self.gpus:
             devices = "GPU " + ", ".join(f"{g.ordinal} ({g.name})" for g in self.gpus)
         else:
             devices = self.device or self.device_type
         rank_word = "rank" if self.ranks == 1 else "ranks"
-        return f"{self.ranks} {rank_word} on {devices}, {self.rank_cpus} CPU(s) each"
+        line = f"{self.ranks} {rank_word} on {devices}, {self.rank_cpus} CPU(s) each"
+        if self.ranks > 1:
+            line += ": " + " | ".join(format_cpulist(cpus) for cpus in self.cpu_sets)
+        return line
 
     def to_dict(self) -> dict[str, Any]:
         """As JSON types, for the study (a study continues only with the same placement)."""
