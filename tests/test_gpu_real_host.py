@@ -130,7 +130,7 @@ def _nccl_rank(rank: int, world: int, directory: str, length: int) -> None:
     dist.init_process_group("nccl", store=store, rank=rank, world_size=world)
     try:
         device = collective_device(os.environ)
-        options = {"budget_fraction": None, "window_seconds": 0.0, "windows": 20}
+        options = {"budget_fraction": None, "window_seconds": 0.0, "windows": 50}
         loader = autotune.online(
             Indices(length=length, delay=0.0005),
             batch_size=4,

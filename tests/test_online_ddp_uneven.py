@@ -23,12 +23,12 @@ LENGTHS = (160, 112)
 
 def _uneven_rank(rank: int, directory: str) -> None:
     """One rank of two with its own dataset, two epochs, a climb still going at the end
-    of the shorter rank's first epoch (20 windows a config)."""
+    of the shorter rank's first epoch (50 windows a config)."""
     store = dist.FileStore(f"{directory}/store", 2)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=2)
     try:
         dataset = Indices(length=LENGTHS[rank], delay=0.0005)
-        options = {"budget_fraction": None, "window_seconds": 0.0, "windows": 20, "retune": False}
+        options = {"budget_fraction": None, "window_seconds": 0.0, "windows": 50, "retune": False}
         epochs = []
         with autotune.online(dataset, batch_size=4, shuffle=False, **options) as loader:
             for _ in range(2):
