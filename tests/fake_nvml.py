@@ -38,6 +38,8 @@ class FakeGpu:
     """None: the GPU does not report power (NVML answers Not Supported)."""
     temperatures: list[int] = dataclasses.field(default_factory=list)
     """Every temperature read so far (each read is one degree warmer)."""
+    cpu_affinity: tuple[int, ...] | None = None
+    """The CPUs near it; None: NVML answers Not Supported."""
 
 
 class FakeNvml:
@@ -86,6 +88,16 @@ class FakeNvml:
         gpu.temperatures.append(60 + len(gpu.temperatures))
         return gpu.temperatures[-1]
 
+    def nvmlDeviceGetCpuAffinity(self, gpu: FakeGpu, words: int) -> list[int]:
+        """pynvml's answer: ``words`` 64-bit words, bit N of the mask set for CPU N."""
+        if gpu.cpu_affinity is None:
+            raise NVMLError(3)
+        mask = [0] * words
+        for cpu in gpu.cpu_affinity:
+            if cpu < 64 * words:
+                mask[cpu // 64] |= 1 << (cpu % 64)
+        return mask
+
     def nvmlDeviceGetPowerUsage(self, gpu: FakeGpu) -> int:
         if gpu.power_mw is None:
             raise NVMLError(3)
@@ -103,6 +115,8 @@ def install(monkeypatch: pytest.MonkeyPatch, gpus: list[FakeGpu]) -> FakeNvml:
     """Make autotune read NVML from a stand-in for ``gpus`` (this process only)."""
     fake = FakeNvml(gpus)
     monkeypatch.setattr(_gpu, "load_nvml", lambda: (fake, None))
+    # The GPUs are torch's too, as on a machine with the CUDA build of torch.
+    monkeypatch.setattr(_gpu, "torch_has_cuda", lambda: True)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     return fake
 

@@ -231,9 +231,13 @@ def test_the_search_emits_a_ddp_section_with_a_torchrun_line(ddp_search) -> None
     assert section["global_batch_size"] == 2 * per_rank
     assert section["dataloader"] == result.settings.dataloader_kwargs()
     assert section["cpus_per_rank"] == 1
+    # Each rank pinned to the CPU its probes ran on.
+    first, second = (str(cpus[0]) for cpus in section["cpu_sets"])
     assert section["torchrun"] == (
         "OMP_NUM_THREADS=1 MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=67108864 "
-        "torchrun --standalone --nproc-per-node=2 train.py"
+        "torchrun --standalone --nproc-per-node=2 --no-python sh -c "
+        f'\'set -- {first} {second}; shift "$LOCAL_RANK"; '
+        'exec taskset -c "$1" python train.py\''
     )
     assert set(section["ddp_kwargs"]) == {
         "bucket_cap_mb",

@@ -202,6 +202,7 @@ def run_ddp_stage(
         settings=winner.settings,
         kwargs=kwargs,
         rank_cpus=placement.rank_cpus,
+        cpu_sets=placement.cpu_sets,
         user_batch_size=user_batch_size,
         visible=placement.visible,
         figures=chosen.figures if chosen.failure is None else None,

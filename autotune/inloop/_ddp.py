@@ -2,9 +2,11 @@
 ranks agree on one config.
 
 Collectives must be called by every rank at the same step, or training hangs. Ranks
-step in lockstep (DDP's gradient all-reduce sees to it, and a DistributedSampler gives
-each rank as many batches), so the ranks meet every :data:`SYNC_STEPS` steps of a
-climb, whatever each has measured: a climb ends for all when any rank's budget is
+need not have as many batches (a sampler of the user's, an IterableDataset, or DDP's
+``join`` for uneven inputs), so they meet at the start of each epoch, where all of them
+are, and agree there how many batches every rank has this epoch: the least of their
+counts (none when a rank's count is unknown). Within that count they meet every
+:data:`SYNC_STEPS` steps of a climb: a climb ends for all when any rank's budget is
 spent or every rank's climb has finished, and then they take rank 0's choice.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 
 import torch
 import torch.distributed as dist
@@ -57,6 +60,24 @@ class Ranks:
         dist.all_reduce(flags, op=dist.ReduceOp.MAX)
         return bool(flags[0].item() == 1 or flags[1].item() == 0)
 
+    def epoch_starts(self, batches: int | None, spent: bool, finished: bool) -> tuple[int, bool]:
+        """The epoch's agreed batch count, and whether the climb ends now (a collective:
+        all ranks call it as their epoch starts, while climbing).
+
+        Args:
+            batches: this rank's batches this epoch; None: unknown (an IterableDataset).
+            spent: this rank's budget is spent.
+            finished: this rank's climb has no neighbour left to try.
+
+        Returns:
+            The least of the ranks' batch counts (0 when any is unknown), and whether
+            any rank's budget is spent or every rank's climb has finished.
+        """
+        values = [batches if batches is not None else 0, int(not spent), int(finished)]
+        flags = torch.tensor(values, dtype=torch.int64).to(self._device())
+        dist.all_reduce(flags, op=dist.ReduceOp.MIN)
+        return int(flags[0].item()), bool(flags[1].item() == 0 or flags[2].item() == 1)
+
     def agree(self, settings: Settings) -> Settings:
         """Rank 0's choice, on every rank (a collective)."""
         payload: list[object] = [settings.to_dict() if self.rank == 0 else None]
@@ -67,7 +88,22 @@ class Ranks:
 
     @staticmethod
     def _device() -> torch.device:
-        # NCCL moves tensors between GPUs only; gloo (and the rest) between CPUs.
-        if dist.get_backend() == "nccl":
-            return torch.device("cuda", torch.cuda.current_device())
+        return collective_device(os.environ)
+
+
+def collective_device(environ: Mapping[str, str]) -> torch.device:
+    """Where this rank's meeting tensors go: the CPU for gloo (and the rest); for NCCL,
+    which moves tensors between GPUs only, this rank's GPU.
+
+    That is the current device when the user chose one (``torch.cuda.set_device``), else
+    ``cuda:LOCAL_RANK`` (modulo the visible GPUs: one visible per rank is ``cuda:0``).
+    The current device alone is ``cuda:0`` on every rank that never called
+    ``set_device``, and NCCL then runs every rank's meeting on one GPU.
+    """
+    if dist.get_backend() != "nccl":
         return torch.device("cpu")
+    current = torch.cuda.current_device()
+    local = environ.get("LOCAL_RANK", "")
+    if current != 0 or not local.isdigit():
+        return torch.device("cuda", current)
+    return torch.device("cuda", int(local) % max(1, torch.cuda.device_count()))

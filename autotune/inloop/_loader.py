@@ -166,10 +166,15 @@ class _Epoch(Iterator[Any]):
         self._finishing = False
         """The old iterator had sent its workers every batch left: it ends the epoch."""
         self._done = False
+        self._begun = False
+        """The epoch's first batch was asked for (the tuner was told the epoch starts)."""
 
     def __next__(self) -> Any:
         if self._done:
             raise StopIteration
+        if not self._begun:
+            self._begun = True
+            self._tuner.epoch_starting(len(self._order) if self._order is not None else None)
         self._tuner.asking(self._tuner.clock.now())
         wanted = self._tuner.wanted
         if self._iterator is None:

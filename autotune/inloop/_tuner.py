@@ -90,6 +90,9 @@ class Tuner:
         self._settled_rate: float | None = None
         """The settled config's measured samples/s, once settled."""
         self._steps = 0
+        """Steps of this epoch (under DDP: the meetings' count)."""
+        self._meet_until = 0
+        """Under DDP: the step of this epoch up to which every rank has batches."""
         self._load_cpu = self._load_wall = 0.0
         """CPU and wall time of the loads made in the loop's own thread (no workers)."""
 
@@ -161,6 +164,21 @@ class Tuner:
     def _cpu_share(self) -> float | None:
         return self._load_cpu / self._load_wall if self._load_wall > 0 else None
 
+    def epoch_starting(self, batches: int | None) -> None:
+        """An epoch of ``batches`` batches (None: unknown) starts, before its first batch.
+
+        Under DDP, while climbing, the ranks meet here: every rank starts each epoch,
+        whatever its batch count, so they agree here up to which step of the epoch all
+        of them will meet again.
+        """
+        self._steps = 0
+        ranks, climb = self.options.ranks, self.climb
+        if ranks is None or climb is None:
+            return
+        self._meet_until, ends = ranks.epoch_starts(batches, self._spent(climb), climb.done)
+        if ends:
+            self._settle(climb)
+
     def epoch_ended(self, batches: int) -> None:
         """An epoch ended after ``batches`` batches."""
         if self.epoch_batches is None:
@@ -199,14 +217,19 @@ class Tuner:
 
     def _climb_ends(self, climb: Climb) -> bool:
         ranks = self.options.ranks
-        # The budget may run over to judge the first move: a jump's start-up and warm-up
-        # alone can take more steps than a small budget has, and a climb that never
-        # judged a move would stand on its start for no measured reason.
-        spent = self.budget.over and climb.judged
+        spent = self._spent(climb)
         if ranks is None:
             return climb.done or spent
         self._steps += 1
-        return self._steps % SYNC_STEPS == 0 and ranks.ends(spent, climb.done)
+        # Past the agreed count some rank may have run out of batches: no meeting there.
+        meets = self._steps % SYNC_STEPS == 0 and self._steps <= self._meet_until
+        return meets and ranks.ends(spent, climb.done)
+
+    def _spent(self, climb: Climb) -> bool:
+        # The budget may run over to judge the first move: a jump's start-up and warm-up
+        # alone can take more steps than a small budget has, and a climb that never
+        # judged a move would stand on its start for no measured reason.
+        return self.budget.over and climb.judged
 
     def _settle(self, climb: Climb) -> None:
         ended = "the budget ended the climb"

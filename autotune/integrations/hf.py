@@ -54,7 +54,8 @@ def training_arguments(result: ResultSource) -> dict[str, Any]:
     """``TrainingArguments`` keywords for the tuned settings.
 
     The loader knobs (``dataloader_num_workers``, ``dataloader_prefetch_factor`` with
-    workers, ``dataloader_pin_memory``, ``dataloader_persistent_workers``), the batch
+    workers, ``dataloader_pin_memory`` and with it ``accelerator_config={"non_blocking":
+    True}``, ``dataloader_persistent_workers``), the batch
     (``per_device_train_batch_size``, and ``gradient_accumulation_steps`` that keeps your
     global batch) and the precision (``bf16``, ``fp16``), each only where the installed
     ``TrainingArguments`` takes it. ``TrainingArguments`` has nothing for three knobs:
@@ -66,7 +67,8 @@ def training_arguments(result: ResultSource) -> dict[str, Any]:
         result: a :class:`autotune.SearchResult`, a study file or name, or exported JSON.
 
     Returns:
-        ``TrainingArguments(output_dir=..., **training_arguments(result))``'s keywords.
+        ``TrainingArguments(output_dir=..., **training_arguments(result))``'s keywords
+        (merge ``accelerator_config`` into your own when you pass one).
     """
     result = as_result(result)
     settings = result.settings
@@ -81,6 +83,10 @@ def training_arguments(result: ResultSource) -> dict[str, Any]:
     }
     if settings.num_workers > 0 and settings.prefetch_factor is not None:
         wanted["dataloader_prefetch_factor"] = settings.prefetch_factor
+    if settings.pin_memory:
+        # accelerate copies batches with non_blocking=False unless told; the probes
+        # measured pinned batches copied without blocking.
+        wanted["accelerator_config"] = {"non_blocking": True}
     if settings.echo > 1:
         warnings.warn(
             f"the tuned settings echo each batch {settings.echo} times, which "
@@ -183,7 +189,9 @@ class TunedLoaderMixin:
 
         MyTrainer(model=model, args=args, train_dataset=train, result="studies/mine.db")
 
-    Only the training loader changes. ``get_train_dataloader``, the method Trainer
+    Only the training loader changes (and, when the tuned settings pin memory, the
+    accelerator copies its batches with ``non_blocking=True``, as the probes did).
+    ``get_train_dataloader``, the method Trainer
     documents for overriding, calls ``make_loader(dataset, batch_size, collate_fn)``
     with the trainer's dataset, per-process batch size and collator (unused columns
     removed as Trainer removes them), and hands the loader to the trainer's
@@ -226,6 +234,9 @@ class TunedLoaderMixin:
             self.autotune_make_loader = dataclasses.replace(
                 self.autotune_make_loader, drop_last=trainer.args.dataloader_drop_last
             )
+            if self.autotune_make_loader.result.settings.pin_memory:
+                # Pinned batches copied as the probes copied them: without blocking.
+                trainer.accelerator.dataloader_config.non_blocking = True
 
     def get_train_dataloader(self) -> Any:
         """The training loader, built by ``make_loader`` (default: the tuned DataLoader)."""

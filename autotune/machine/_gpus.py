@@ -28,6 +28,7 @@ GpuSpec: TypeAlias = "str | int | Sequence[int] | None"
 _VISIBLE = "CUDA_VISIBLE_DEVICES"
 _NONE = ("none", "cpu", "")
 _BF16_CAPABILITY = (8, 0)
+_MASK_BITS = 64
 
 
 @functools.cache
@@ -65,6 +66,8 @@ class Gpu:
     """NVML's UUID, None when NVML cannot see it (a MIG instance, or no NVML)."""
     memory_bytes: int | None = None
     compute_capability: tuple[int, int] | None = None
+    cpu_affinity: tuple[int, ...] | None = None
+    """The CPUs near it (its NUMA node's), as NVML reports them; None when unknown."""
 
     @property
     def pin(self) -> str:
@@ -94,6 +97,22 @@ class Discovery:
     """Why NVML could not be read (None when it was)."""
     visible_env: str | None = None
     """CUDA_VISIBLE_DEVICES as found, None when unset."""
+    torch_cuda: bool = True
+    """Whether this process's torch is built with CUDA, so that a probe can use the GPUs."""
+
+    def torch_problem(self) -> str | None:
+        """Why no probe can use the GPUs NVML sees, in one line that says what to do; None
+        when there is no GPU or torch can use them."""
+        if not self.gpus or self.torch_cuda:
+            return None
+        import torch
+
+        return (
+            f"NVML sees {len(self.gpus)} GPU(s) ({self.gpus[0].name}), but this torch "
+            f"{torch.__version__} is a CPU-only build and cannot use them: install the CUDA "
+            "build of torch (https://pytorch.org/get-started/locally/), or pass gpus='none' "
+            "to tune for the CPU."
+        )
 
     def describe(self) -> str:
         """A short account for messages: what is visible, and why not more."""
@@ -109,11 +128,13 @@ def discover(environ: Mapping[str, str] | None = None) -> Discovery:
     """The GPUs visible to this process, in CUDA's numbering.
 
     Reads NVML; when NVML cannot be used but PyTorch sees CUDA devices, asks
-    PyTorch instead (which initialises CUDA in this process).
+    PyTorch instead (which initialises CUDA in this process). NVML knows nothing of
+    torch, so whether torch can use what it lists is read apart (:attr:`Discovery.torch_cuda`).
     """
     env = os.environ if environ is None else environ
     visible_env = env.get(_VISIBLE)
     nvml, error = load_nvml()
+    torch_cuda = torch_has_cuda()
     if nvml is None:
         return Discovery(gpus=_torch_gpus(visible_env), nvml_error=error, visible_env=visible_env)
     physical = [_read_device(nvml, index) for index in range(nvml.nvmlDeviceGetCount())]
@@ -124,7 +145,15 @@ def discover(environ: Mapping[str, str] | None = None) -> Discovery:
         )
     else:
         gpus = _apply_visible(visible_env, physical)
-    return Discovery(gpus=gpus, visible_env=visible_env)
+    return Discovery(gpus=gpus, visible_env=visible_env, torch_cuda=torch_cuda)
+
+
+def torch_has_cuda() -> bool:
+    """Whether this torch is built with CUDA (or ROCm), read without initialising CUDA
+    (``torch.cuda.is_available()`` would, and forked probes could then not use it)."""
+    import torch
+
+    return bool(torch.backends.cuda.is_built())  # type: ignore[no-untyped-call]
 
 
 def _read_device(nvml: Any, index: int) -> Gpu:
@@ -142,7 +171,24 @@ def _read_device(nvml: Any, index: int) -> Gpu:
         uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
         memory_bytes=int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
         compute_capability=capability,
+        cpu_affinity=_read_affinity(nvml, handle),
     )
+
+
+def _read_affinity(nvml: Any, handle: Any) -> tuple[int, ...] | None:
+    """The CPUs NVML names near the GPU: its bitmask of 64-bit words, one bit a CPU."""
+    words = max(1, -(-(os.cpu_count() or 1) // _MASK_BITS))
+    try:
+        mask = nvml.nvmlDeviceGetCpuAffinity(handle, words)
+    except nvml.NVMLError:
+        return None
+    cpus = tuple(
+        index * _MASK_BITS + bit
+        for index, word in enumerate(mask)
+        for bit in range(_MASK_BITS)
+        if int(word) >> bit & 1
+    )
+    return cpus or None
 
 
 def _apply_visible(value: str, physical: Sequence[Gpu]) -> tuple[Gpu, ...]:

@@ -13,6 +13,7 @@ from typing import Any
 from autotune._errors import ConfigError, SpaceError
 from autotune.machine._gpus import discover
 from autotune.machine._machine import Machine, detect_machine, usable_cpus
+from autotune.machine._topology import read_topology
 from autotune.probe._placement import Placement, plan_placement
 from autotune.space._space import Space, build_space
 from autotune.study._study import resolve
@@ -95,6 +96,7 @@ def prepare(workload: Workload, user_space: Mapping[str, Any], options: SearchOp
             discovery=discovery,
             cpus=affinity(),
             usable=usable_cpus(),
+            topology=read_topology(),
         )
     except ConfigError as error:
         raise ConfigError(f"{workload.origin()}: {error}") from None

@@ -6,6 +6,10 @@ the CPUs this process may use into N disjoint sets, and every probe runs
 pinned (CPU affinity) to one set and, on GPUs, to one GPU: a trial measures
 what one rank will have. Up to N trials run at once, one per slot, as N ranks
 would. The DDP probe then runs all N ranks together.
+
+A set is made of whole physical cores where the share allows (a rank whose CPUs
+are hyper-thread siblings of another rank's shares their cores), taken first from
+the CPUs NVML names near the rank's GPU (its NUMA node).
 """
 
 from __future__ import annotations
@@ -13,11 +17,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import queue
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from autotune._errors import ConfigError
 from autotune.machine._gpus import Discovery, Gpu, GpuSpec, parse_spec, select
+from autotune.machine._topology import FLAT, CpuTopology, format_cpulist
 from autotune.probe import ProbeRequest
 from autotune.probe._protocol import DdpSpec, RankPlace
 
@@ -120,13 +125,16 @@ class Placement:
         )
 
     def describe(self) -> str:
-        """One line: ranks, devices, CPUs each."""
+        """One line: ranks, devices, CPUs each (and which, with several ranks)."""
         if self.gpus:
             devices = "GPU " + ", ".join(f"{g.ordinal} ({g.name})" for g in self.gpus)
         else:
             devices = self.device or self.device_type
         rank_word = "rank" if self.ranks == 1 else "ranks"
-        return f"{self.ranks} {rank_word} on {devices}, {self.rank_cpus} CPU(s) each"
+        line = f"{self.ranks} {rank_word} on {devices}, {self.rank_cpus} CPU(s) each"
+        if self.ranks > 1:
+            line += ": " + " | ".join(format_cpulist(cpus) for cpus in self.cpu_sets)
+        return line
 
     def to_dict(self) -> dict[str, Any]:
         """As JSON types, for the study (a study continues only with the same placement)."""
@@ -147,6 +155,7 @@ def plan_placement(
     discovery: Discovery,
     cpus: Sequence[int],
     usable: int,
+    topology: CpuTopology = FLAT,
 ) -> Placement:
     """The placement for a search.
 
@@ -157,6 +166,8 @@ def plan_placement(
         discovery: the visible GPUs.
         cpus: the CPUs this process may run on (its affinity).
         usable: how many of them it may keep busy (a cgroup quota may allow fewer).
+        topology: the CPUs' cores and NUMA nodes (:func:`autotune.machine._topology.read_topology`);
+            the default knows none, and splits the CPUs in order.
 
     Raises:
         ConfigError: a selection that contradicts the device, names an invisible GPU,
@@ -187,9 +198,8 @@ def plan_placement(
         raise ConfigError(
             f"{count} ranks need a CPU each at least, but this process may use {usable}."
         )
-    share = usable // count
-    ordered = sorted(cpus)
-    cpu_sets = tuple(tuple(ordered[i * share : (i + 1) * share]) for i in range(count))
+    near = [g.cpu_affinity for g in selected] if selected else [None] * count
+    cpu_sets = split_cpus(cpus, usable=usable, near=near, topology=topology)
     visible = None
     if selected and (discovery.visible_env is not None or len(selected) < len(discovery.gpus)):
         visible = ",".join(g.token for g in selected)
@@ -200,6 +210,74 @@ def plan_placement(
         gpus=selected,
         visible=visible,
     )
+
+
+def split_cpus(
+    cpus: Iterable[int],
+    *,
+    usable: int,
+    near: Sequence[Sequence[int] | None],
+    topology: CpuTopology,
+) -> tuple[tuple[int, ...], ...]:
+    """Disjoint CPU sets of ``usable // len(near)`` CPUs each, one per rank.
+
+    Each rank takes, from the CPUs near its GPU first (``near``; None: no preference),
+    then from the others, in the order of :data:`_PASSES`: whole cores that fit its
+    share, then a part of an untouched core, and only then what is left of a core
+    another rank holds part of. Ranks with fewer near CPUs choose first, so a rank
+    with no preference does not take theirs.
+
+    Args:
+        cpus: the CPUs this process may run on.
+        usable: how many of them it may keep busy.
+        near: per rank, the CPUs near its GPU.
+        topology: which CPUs are one core's hyper-threads.
+    """
+    allowed = set(cpus)
+    share = usable // len(near)
+    pool = _Cores(free=topology.group(allowed))
+    close = [set(n) & allowed if n else set() for n in near]
+    sets: dict[int, tuple[int, ...]] = {}
+    for rank in sorted(range(len(near)), key=lambda r: len(close[r]) or len(allowed) + 1):
+        taken: list[int] = []
+        for group in (close[rank] or allowed, allowed):
+            for shared, whole in _PASSES:
+                taken += pool.take(share - len(taken), group, shared=shared, whole=whole)
+        sets[rank] = tuple(sorted(taken))
+    return tuple(sets[rank] for rank in range(len(near)))
+
+
+_PASSES = ((False, True), (False, False), (True, True), (True, False))
+"""(shared, whole) in the order a rank takes cores: whole untouched ones, part of an
+untouched one, whole leftovers of cores other ranks hold part of, part of a leftover."""
+
+
+@dataclasses.dataclass
+class _Cores:
+    """The cores no rank has taken yet, and which of them are leftovers of a split."""
+
+    free: list[tuple[int, ...]]
+    touched: set[tuple[int, ...]] = dataclasses.field(default_factory=set)
+
+    def take(self, need: int, group: set[int], *, shared: bool, whole: bool) -> list[int]:
+        """Up to ``need`` CPUs of cores within ``group``: leftovers (``shared``) or
+        untouched ones; whole cores only (``whole``), or the first that has any."""
+        taken: list[int] = []
+        for core in list(self.free):
+            left = need - len(taken)
+            if not left:
+                break
+            if (core in self.touched) != shared or not set(core) <= group:
+                continue
+            if whole and len(core) > left:
+                continue
+            self.free.remove(core)
+            taken += core[:left]
+            if len(core) > left:
+                rest = core[left:]
+                self.free.append(rest)
+                self.touched.add(rest)
+        return taken
 
 
 def _select(
@@ -220,7 +298,11 @@ def _select(
             raise ConfigError(f"device is {device!r} but gpus is {gpus!r}; drop one of them.")
         if not discovery.gpus:
             raise ConfigError(f"device is {device!r}, but {discovery.describe()}.")
-    return select(gpus, discovery)
+    selected = select(gpus, discovery)
+    problem = discovery.torch_problem()
+    if selected and problem:
+        raise ConfigError(problem)
+    return selected
 
 
 class SlotPool:

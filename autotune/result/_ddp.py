@@ -68,6 +68,8 @@ class DdpResult:
     """DistributedDataParallel keywords."""
     rank_cpus: int
     """CPUs of each rank (the share its workers were tuned for)."""
+    cpu_sets: tuple[tuple[int, ...], ...] = ()
+    """Each rank's CPUs as its probes ran pinned to them; empty: not recorded."""
     user_batch_size: int
     """The batch size the user trains with today."""
     visible: str | None = None
@@ -112,6 +114,7 @@ class DdpResult:
             visible=self.visible,
             threads=self.threads,
             allocator=self.allocator,
+            cpu_sets=self.cpu_sets,
         )
 
     @property
@@ -156,6 +159,11 @@ class DdpResult:
         kwargs = ", ".join(f"{k}={v!r}" for k, v in sorted(self.kwargs.items()))
         lines.append(f"  DistributedDataParallel(model, {kwargs})")
         lines.append(f"  launch: {self.torchrun()}")
+        if not self.cpu_sets:
+            lines.append(
+                "  (each rank's CPUs were not recorded, so the launch pins none; search "
+                "again to get a line that pins each rank as it was measured)"
+            )
         steps = self.gradient_accumulation_steps
         if steps > 1:
             lines.append(
@@ -179,6 +187,7 @@ class DdpResult:
             "sampler": "torch.utils.data.distributed.DistributedSampler",
             "ddp_kwargs": dict(self.kwargs),
             "cpus_per_rank": self.rank_cpus,
+            "cpu_sets": [list(cpus) for cpus in self.cpu_sets],
             "cuda_visible_devices": self.visible,
             "torchrun": self.torchrun(),
             "lr_note": self.lr_note(),
@@ -204,6 +213,7 @@ class DdpResult:
             settings=Settings.from_dict(data["settings"]),
             kwargs=dict(data.get("ddp_kwargs", {})),
             rank_cpus=data.get("cpus_per_rank", 1),
+            cpu_sets=tuple(tuple(cpus) for cpus in data.get("cpu_sets", ())),
             user_batch_size=data.get("user_batch_size", data["settings"]["batch_size"]),
             visible=data.get("cuda_visible_devices"),
             figures=Figures.from_dict(data["figures"]) if data.get("figures") else None,

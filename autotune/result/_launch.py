@@ -5,8 +5,11 @@ Pure functions of the chosen values, so what the export says is testable alone.
 
 from __future__ import annotations
 
+import shlex
+from collections.abc import Sequence
 from typing import Any
 
+from autotune.machine._topology import format_cpulist
 from autotune.settings._allocator import (
     AllocatorState,
     calls_autotune,
@@ -27,8 +30,14 @@ def torchrun_line(
     threads: int,
     allocator: AllocatorState | None = "fixed",
     script: str = SCRIPT,
+    cpu_sets: Sequence[Sequence[int]] = (),
 ) -> str:
     """The command that starts ``world_size`` ranks on this node.
+
+    With ``cpu_sets`` each rank runs pinned to its own, as its probes ran: torchrun
+    starts a shell per rank that picks its set by ``LOCAL_RANK`` and execs the script
+    under ``taskset`` (torchrun's ``--numa-binding`` binds to whole NUMA nodes or an
+    even split of them, not to the sets measured).
 
     Args:
         world_size: ranks (processes) on the node.
@@ -39,13 +48,20 @@ def torchrun_line(
             (:mod:`autotune.settings._allocator`): "fixed" puts glibc malloc's fixed
             thresholds in the line.
         script: the training script.
+        cpu_sets: each rank's CPUs, rank order; empty: no pinning.
     """
     words = []
     if device_type == "cuda" and visible is not None:
         words.append(f"CUDA_VISIBLE_DEVICES={visible}")
     words.append(f"OMP_NUM_THREADS={threads}")
     words += launch_words(allocator)
-    words += ["torchrun", "--standalone", f"--nproc-per-node={world_size}", script]
+    words += ["torchrun", "--standalone", f"--nproc-per-node={world_size}"]
+    if len(cpu_sets) == world_size > 1:
+        lists = " ".join(format_cpulist(cpus) for cpus in cpu_sets)
+        pinned = f'set -- {lists}; shift "$LOCAL_RANK"; exec taskset -c "$1" python {script}'
+        words += ["--no-python", "sh", "-c", shlex.quote(pinned)]
+    else:
+        words.append(script)
     return " ".join(words)
 
 

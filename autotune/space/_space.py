@@ -306,11 +306,12 @@ def build_space(
     bound = max_workers if max_workers is not None else default_max_workers(cpus)
     modes, amp_note = amp_modes(machine)
     on_accelerator = machine.accelerator != "cpu"
+    pins = pins_memory(machine.accelerator)
     defaults: dict[str, Domain] = {
         "num_workers": IntRange(0, bound),
         "prefetch_factor": Choices(DEFAULT_PREFETCH),
         "persistent_workers": Choices((False, True)),
-        "pin_memory": Choices((False, True)) if on_accelerator else Fixed(False),
+        "pin_memory": Choices((False, True)) if pins else Fixed(False),
         "batch_size": Choices(default_batch_sizes(batch_size)),
         "amp": Choices(modes) if len(modes) > 1 else Fixed("off"),
         "echo": Fixed(1),
@@ -322,6 +323,11 @@ def build_space(
     else:
         defaults["threads"] = Fixed(None)
         notes.append("threads: left out: the model runs on the GPU.")
+    if on_accelerator and not pins:
+        notes.append(
+            f"pin_memory: left out: the loader pins memory for copies to CUDA only, and this "
+            f"search runs on {machine.accelerator}."
+        )
     if amp_note and "amp" not in user:
         notes.append(amp_note)
     if "echo" not in user:
@@ -410,6 +416,13 @@ def _check_minimum(knob: str, values: Sequence[Value]) -> None:
             )
 
 
+def pins_memory(accelerator: str) -> bool:
+    """Whether the tuned loader pins memory on ``accelerator``: for CUDA only (it turns
+    ``pin_memory`` off elsewhere), so the space offers pinning nowhere else, where a
+    "pinned" trial would measure unpinned loading."""
+    return accelerator == "cuda"
+
+
 def _check_flags(knob: str, values: Sequence[Value], machine: Machine) -> None:
     """On/off knobs: every value a bool, and pinned memory only with an accelerator."""
     for value in values:
@@ -419,6 +432,11 @@ def _check_flags(knob: str, values: Sequence[Value], machine: Machine) -> None:
         raise SpaceError(
             "space['pin_memory'] allows True, but this search runs on CPU; pinned memory "
             "only helps copies to an accelerator. Remove it or set it to False."
+        )
+    if knob == "pin_memory" and True in values and not pins_memory(machine.accelerator):
+        raise SpaceError(
+            f"space['pin_memory'] allows True, but this search runs on {machine.accelerator}; "
+            "the loader pins memory for copies to CUDA only. Remove it or set it to False."
         )
 
 
