@@ -31,6 +31,20 @@ class Features(Dataset):
         return self.inputs[index], self.targets[index]
 
 
+class Indexed(Dataset):
+    """``dataset``'s items with their index appended: a loop can check that an epoch
+    gave every sample exactly once."""
+
+    def __init__(self, dataset: Dataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, index: int) -> tuple[Any, ...]:
+        return (*self.dataset[index], index)
+
+
 def compute_bound_model(inputs: int = 1024, width: int = 8192, depth: int = 12) -> nn.Module:
     """``inputs`` features widened to ``depth`` square layers of ``width``: at batch 512,
     about 2.5 TFLOP a training step on 2 MiB of input, so even an H200 computes for

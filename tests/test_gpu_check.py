@@ -1,0 +1,73 @@
+"""tools/gpu_check.py where there is no GPU: it says so in one line and exits 0, and its
+parts are contained: one that fails or runs past its limit is recorded, and the next
+one still runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).parent.parent
+TOOL = ROOT / "tools" / "gpu_check.py"
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA path")
+
+
+def load_tool():
+    spec = importlib.util.spec_from_file_location("gpu_check", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_without_cuda_it_says_so_in_one_line_and_exits_0(tmp_path: Path) -> None:
+    out = tmp_path / "check.json"
+    done = subprocess.run(
+        [sys.executable, str(TOOL), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpu_check: no CUDA"), done.stdout
+    assert lines[0].endswith("nothing to check")
+    assert not out.exists()
+
+
+def test_a_part_that_fails_or_overruns_is_recorded_and_the_next_still_runs() -> None:
+    tool = load_tool()
+    results = tool.check(
+        ["gpu_tests", "compute"], limits={"gpu_tests": 1.0, "compute": 90.0}, budget=200.0
+    )
+    overran, failed = results["gpu_tests"], results["compute"]
+    assert not overran["ok"] and overran["error"].startswith("timed out after 1 s"), overran
+    assert not failed["ok"] and failed["error"].startswith("exited with code 1"), failed
+    assert "CUDA" in failed["error"], failed  # the part's own error, not a blank
+
+
+def test_parts_past_the_whole_budget_are_not_run() -> None:
+    tool = load_tool()
+
+    def never(name: str, limit: float) -> dict:
+        raise AssertionError(f"{name} ran with {limit} s left")
+
+    results = tool.check(["copy", "oom"], budget=4.0, run=never)
+    assert results == {
+        "copy": {"ok": False, "error": "not run: 4 s left of 4"},
+        "oom": {"ok": False, "error": "not run: 4 s left of 4"},
+    }
+
+
+def test_missing_imports_without_wheels_say_how_to_carry_them(monkeypatch, tmp_path) -> None:
+    tool = load_tool()
+    monkeypatch.setattr(tool, "NEEDED", {"no_such_module_here": "no-such-dist"})
+    monkeypatch.setattr(tool, "WHEEL_DIRS", (tmp_path / "wheels",))
+    with pytest.raises(SystemExit, match="no-such-dist not installed and no wheels folder"):
+        tool.install_missing(None)
