@@ -255,7 +255,12 @@ def gpu_tests() -> dict[str, Any]:
 
 
 def _probe(workload: Any, settings: Any, **fields: Any) -> Any:
+    """One probe on GPU 0, placed as a search places it (CUDA_VISIBLE_DEVICES pinned,
+    NVML watching); a DDP probe (``mode="ddp"``) as given."""
+    from autotune.machine._gpus import discover
+    from autotune.machine._machine import usable_cpus
     from autotune.probe import ProbeRequest, WorkloadSource, run_probe
+    from autotune.probe._placement import plan_placement
 
     request = ProbeRequest(
         source=WorkloadSource(pickled=pickle.dumps(workload)),
@@ -263,6 +268,17 @@ def _probe(workload: Any, settings: Any, **fields: Any) -> Any:
         device="cuda",
         **{"window_seconds": 0.5, "max_windows": 3, "warmup_seconds": 0.5, **fields},
     )
+    if request.mode != "ddp":
+        placement = plan_placement(
+            device="cuda",
+            gpus="0",
+            ranks=None,
+            discovery=discover(),
+            cpus=sorted(os.sched_getaffinity(0)),
+            usable=usable_cpus(),
+        )
+        (slot,) = placement.slots()
+        request = slot.apply(request)
     return run_probe(request)
 
 
