@@ -60,7 +60,7 @@ class DeviceHog(nn.Module):
     more than ``1 / share`` samples runs the device out of memory for real (CUDA's own
     torch.OutOfMemoryError), a smaller one fits and gives it all back."""
 
-    def __init__(self, share: float = 1 / 32) -> None:
+    def __init__(self, share: float = 1 / 64) -> None:
         super().__init__()
         self.share = share
         self.head = nn.Linear(1024, CLASSES)

@@ -121,9 +121,9 @@ def test_a_good_probe_after_a_device_out_of_memory_has_the_memory_back() -> None
             warmup_seconds=0.2,
         )
 
-    failed = run_probe(request(64))  # twice the device's memory
+    failed = run_probe(request(128))  # twice the device's memory
     assert failed.failure is not None and failed.failure.kind == "oom", failed.failure
-    good = run_probe(request(16))  # half of it, which only a device given back can hold
+    good = run_probe(request(32))  # half of it, which only a device given back can hold
     assert good.ok, good.failure
 
 

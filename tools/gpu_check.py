@@ -334,9 +334,9 @@ def out_of_memory() -> dict[str, Any]:
 
     gpu_workloads = importlib.import_module("gpu_workloads")
     workload = Workload(dataset=gpu_workloads.Features(length=512), model=gpu_workloads.device_hog)
-    failed = _probe(workload, Settings(batch_size=64), max_windows=2)  # twice the device
+    failed = _probe(workload, Settings(batch_size=128), max_windows=2)  # twice the device
     failure = failed.failure
-    good = _probe(workload, Settings(batch_size=16), max_windows=2)  # half of it
+    good = _probe(workload, Settings(batch_size=32), max_windows=2)  # half of it
     return {
         "oom": {
             "kind": failure.kind if failure else None,
