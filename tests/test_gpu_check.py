@@ -71,3 +71,26 @@ def test_missing_imports_without_wheels_say_how_to_carry_them(monkeypatch, tmp_p
     monkeypatch.setattr(tool, "WHEEL_DIRS", (tmp_path / "wheels",))
     with pytest.raises(SystemExit, match="no-such-dist not installed and no wheels folder"):
         tool.install_missing(None)
+
+
+def test_the_gpu_tier_starts_without_xdist_or_the_suite_s_addopts() -> None:
+    # `-n 3` in addopts needs pytest-xdist, which the tier's command blocks (-p no:xdist)
+    # as a GPU machine without it would: the tier must still be collected and run.
+    counts = load_tool().gpu_tests()
+    assert counts["exit_code"] == 0, counts
+    assert counts["errors"] == 0 and counts["failures"] == 0, counts
+    assert counts["tests"] > 0 and counts["skipped"] == counts["tests"], counts  # no CUDA
+
+
+def test_the_amp_tests_model_is_compute_bound_even_on_an_h200() -> None:
+    gpu_workloads = pytest.importorskip("gpu_workloads")
+    model = gpu_workloads.compute_bound_model()
+    batch, inputs = 512, model[0].in_features
+    # Forward and backward: 6 FLOP per weight per sample.
+    flop = 6 * batch * sum(p.numel() for n, p in model.named_parameters() if "weight" in n)
+    copied = batch * inputs * 4  # float32 inputs crossing to the device
+    # An H200: about 990 TFLOP/s dense bf16 and 55 GB/s over PCIe 5: a step that is
+    # compute-bound there needs more than 990e12 / 55e9 = 18,000 FLOP per byte copied,
+    # and milliseconds of compute, so that an edge missing the queued kernels shows.
+    assert flop / copied > 10 * 18_000
+    assert flop / 990e12 > 2e-3
