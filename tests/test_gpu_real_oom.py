@@ -85,14 +85,14 @@ def test_what_a_full_device_raises_is_classified_out_of_memory(tmp_path) -> None
 
 
 def test_a_batch_too_large_for_the_device_is_not_run_again_with_another_loader(workdir) -> None:
-    space = {"batch_size": [8, 16, 64, 128], "num_workers": [0, 1, 2], "amp": "off"}
+    space = {"batch_size": [8, 16, 64], "num_workers": [0, 2], "amp": "off"}
     result = autotune.search(
         dataset=gpu_workloads.Features(length=1024),
         model=gpu_workloads.device_hog,
         batch_size=16,
         device="cuda",
         space=space,
-        **quick(trials=10, seed=0),
+        **quick(trials=6, seed=0),
     )
     assert result.study_path is not None
     trials = [t for t in study_trials(Path(result.study_path)) if t.role == "explore"]
