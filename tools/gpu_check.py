@@ -78,7 +78,13 @@ LIMITS_S: dict[str, float] = {
 }
 """Each part's own time limit, in the order the parts run."""
 ONLINE_S = 40.0
-NEEDED = {"optuna": "optuna", "threadpoolctl": "threadpoolctl", "psutil": "psutil", "PIL": "pillow"}
+NEEDED = {
+    "optuna": "optuna",
+    "threadpoolctl": "threadpoolctl",
+    "psutil": "psutil",
+    "numpy": "numpy",
+    "PIL": "pillow",
+}
 """Modules the check imports beside torch, and the distribution that has each."""
 WHEEL_DIRS = (ROOT / "wheels", ROOT / ".gpu-wheels")
 
@@ -134,7 +140,12 @@ def install_missing(wheels: Path | None) -> list[str]:
             "docstring for how to carry them"
         )
     command = [sys.executable, "-m", "pip", "install", "--no-index", "--find-links", str(folder)]
-    subprocess.run([*command, *missing], check=True)
+    done = subprocess.run([*command, *missing], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(
+            f"gpu_check: pip could not install {', '.join(missing)} from {folder}: "
+            f"{_tail(done.stderr or done.stdout, 3)}"
+        )
     importlib.invalidate_caches()
     return missing
 
