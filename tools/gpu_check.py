@@ -105,7 +105,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gpu_check: {absent}; nothing to check")
         return 0
     installed = install_missing(args.wheels)
-    report = {"machine": machine(), "installed": installed, "parts": check(args.parts)}
+    started = time.monotonic()
+    parts = check(args.parts)
+    report = {
+        "machine": machine(),
+        "installed": installed,
+        "seconds": round(time.monotonic() - started, 1),
+        "failed_parts": [name for name, part in parts.items() if not part["ok"]],
+        "parts": parts,
+    }
     out = args.out or ROOT / "benchmarks" / "results" / f"gpu-check-{datetime.date.today()}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
