@@ -79,8 +79,8 @@ def test_out_of_memory_rules_out_larger_batches(
     for trial in blocked:
         assert trial.figures is None  # not run
         assert re.fullmatch(
-            r"not run: batch (\d+ > batch )?\d+(, which)? ran out of memory with the same "
-            r"settings in trial #\d+",
+            r"not run: batch (\d+ > batch )?\d+(, which)? ran out of (device )?memory with the "
+            r"same (settings|AMP) in trial #\d+",
             trial.failure.message,
         )
     chosen = autotune.load(outcome.study).settings.batch_size

@@ -8,6 +8,7 @@ import math
 import os
 import pickle
 
+import gpu_workloads
 import pytest
 import torch
 import workloads
@@ -84,9 +85,17 @@ def test_a_pinned_copy_takes_a_smaller_share_than_a_pageable_one() -> None:
 def test_every_amp_mode_is_timed_between_synchronised_edges(amp) -> None:
     if amp == "bf16" and not torch.cuda.is_bf16_supported():
         pytest.skip("this GPU has no bf16")
+    # Compute-bound on the largest GPUs (gpu_workloads.compute_bound_model): a probe whose
+    # edges missed the queued kernels would read far more than the synchronised loop.
     settings = Settings(batch_size=512, pin_memory=True, amp=amp)
-    result = probe(workloads.WideFeaturesDataset(), workloads.wide_model, settings)
+    dataset = gpu_workloads.Features()
+    result = probe(dataset, gpu_workloads.compute_bound_model, settings)
     assert_sound(result.figures)
+    plain = gpu_workloads.plain_rate(
+        dataset, gpu_workloads.compute_bound_model(), batch_size=512, amp=amp
+    )
+    torch.cuda.empty_cache()
+    assert 0.8 < result.figures.samples_per_s / plain < 1.25, (result.figures.samples_per_s, plain)
 
 
 def test_bf16_and_fp16_are_timed_alike() -> None:

@@ -173,7 +173,7 @@ OOM = Failure(kind="oom", message="out of memory")
 
 def test_out_of_memory_blocks_that_batch_and_larger_ones_with_the_same_settings() -> None:
     rule = OutOfMemoryRule()
-    rule.add(Settings(batch_size=32, num_workers=1), number=4)
+    rule.add(Settings(batch_size=32, num_workers=1), number=4, failure=OOM)
     same = rule.blocks(Settings(batch_size=32, num_workers=1))
     assert same == Failure(
         kind="infeasible",
@@ -189,9 +189,9 @@ def test_out_of_memory_blocks_that_batch_and_larger_ones_with_the_same_settings(
 
 def test_out_of_memory_remembers_the_smallest_batch_that_failed() -> None:
     rule = OutOfMemoryRule()
-    rule.add(Settings(batch_size=32), number=4)
-    rule.add(Settings(batch_size=64), number=9)  # larger: changes nothing
-    rule.add(Settings(batch_size=16), number=7)
+    rule.add(Settings(batch_size=32), number=4, failure=OOM)
+    rule.add(Settings(batch_size=64), number=9, failure=OOM)  # larger: changes nothing
+    rule.add(Settings(batch_size=16), number=7, failure=OOM)
     blocked = rule.blocks(Settings(batch_size=16))
     assert blocked is not None and blocked.message.endswith("in trial #7")
     assert rule.blocks(Settings(batch_size=8)) is None
@@ -565,9 +565,9 @@ def test_one_error_in_different_configs_has_one_signature() -> None:
 
 
 def test_only_failures_the_user_s_code_may_cause_count() -> None:
-    for kind in ("error", "crash", "oom", "timeout", "shm"):
+    for kind in ("error", "crash", "timeout", "shm"):
         assert counts_against_the_code(ended(failure=Failure(kind=kind, message="x")))
-    for kind in ("infeasible", "interrupted"):
+    for kind in ("infeasible", "interrupted", "oom"):
         assert not counts_against_the_code(ended(failure=Failure(kind=kind, message="x")))
     assert not counts_against_the_code(ended(failure=corrupt(1), duplicate_of=0))
     assert not counts_against_the_code(ended(state="COMPLETE"))

@@ -2,8 +2,8 @@
 
 A failed trial is recorded with its reason and the search goes on. But when
 :data:`FATAL_REPEATS` trials of a search have failed the same way (the same
-error, whatever indices and pids it names) and none has succeeded, no config
-will: the search stops with that one error rather than trying them all.
+error, whatever indices and pids it names, and not out of memory) and none has
+succeeded, no config will: the search stops with that one error rather than trying them all.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from autotune.study._study import TrialRecord
 
 FATAL_REPEATS = 3
 """Identical failures, with no success, after which a search stops."""
-_NOT_THE_USERS_FAULT = ("infeasible", "interrupted")
+_NOT_THE_USERS_FAULT = ("infeasible", "interrupted", "oom")
+"""Failures of a config, not of the code: ruled out, cut short, or too large to fit
+(out of memory at one batch size says nothing of a smaller one)."""
 
 
 def failure_signature(failure: Failure) -> str:

@@ -1,7 +1,8 @@
 """What rules a config out before it runs, so that no probe is spent on it:
 
-- a batch size that ran out of memory marks every larger batch size with the
-  same other settings infeasible;
+- a batch size that ran out of the device's memory marks every larger batch size
+  with the same AMP infeasible, whatever the loader; one that ran out of the host's,
+  every larger one with the same other settings;
 - batches in flight that cannot fit in /dev/shm would kill the loader's workers;
 - a config whose compute ceiling cannot reach the best so far cannot win.
 
@@ -12,6 +13,7 @@ run, but not fast enough to matter), so the trial is pruned instead.
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -22,7 +24,7 @@ from optuna.trial import FrozenTrial
 from autotune.explore._bounds import Bounds
 from autotune.explore._trials import best_record
 from autotune.probe import Failure
-from autotune.probe._failure import shm_shortfall
+from autotune.probe._failure import on_device, shm_shortfall
 from autotune.settings._settings import Settings
 from autotune.study._study import TrialRecord
 
@@ -31,7 +33,13 @@ SHM_DIR = "/dev/shm"
 
 
 class OutOfMemoryRule:
-    """Remembers which batch sizes ran out of memory with which other settings."""
+    """Remembers which batch sizes ran out of memory with which other settings.
+
+    The device running out rules a batch size out with the same AMP whatever the
+    loader (what a batch takes on the device does not depend on what loads it); the
+    host running out, only with the same other settings (workers hold host memory of
+    their own, so fewer of them may fit).
+    """
 
     def __init__(self) -> None:
         self._smallest: dict[str, tuple[int, int]] = {}
@@ -44,38 +52,43 @@ class OutOfMemoryRule:
         for trial in trials:
             record = TrialRecord.from_trial(trial)
             if record.failure and record.failure.kind == "oom" and record.settings:
-                rule.add(record.settings, record.number)
+                rule.add(record.settings, record.number, failure=record.failure)
         return rule
 
     @staticmethod
-    def _key(settings: Settings) -> str:
+    def _key(settings: Settings, *, device: bool) -> str:
+        if device:
+            return json.dumps({"device": True, "amp": settings.amp})
         return dataclasses.replace(settings, batch_size=1).key()
 
-    def add(self, settings: Settings, number: int) -> None:
-        """Remember that trial ``number`` ran out of memory with ``settings``."""
-        key = self._key(settings)
+    def add(self, settings: Settings, number: int, *, failure: Failure) -> None:
+        """Remember that trial ``number`` ran out of memory (``failure``) with ``settings``."""
+        key = self._key(settings, device=on_device(failure))
         known = self._smallest.get(key)
         if known is None or settings.batch_size < known[0]:
             self._smallest[key] = (settings.batch_size, number)
 
     def blocks(self, settings: Settings) -> Failure | None:
-        """Why ``settings`` cannot run (an equal or smaller batch with the same other
-        settings ran out of memory); None if it may."""
-        known = self._smallest.get(self._key(settings))
-        if known is None or settings.batch_size < known[0]:
-            return None
-        batch, number = known
-        which = (
-            f"batch {batch}"
-            if settings.batch_size == batch
-            else f"batch {settings.batch_size} > batch {batch}, which"
-        )
-        return Failure(
-            kind="infeasible",
-            message=(
-                f"not run: {which} ran out of memory with the same settings in trial #{number}"
-            ),
-        )
+        """Why ``settings`` cannot run (an equal or smaller batch ran out of the device's
+        memory with the same AMP, or of the host's with the same other settings); None if
+        it may."""
+        for device, where, same in ((True, "device memory", "AMP"), (False, "memory", "settings")):
+            known = self._smallest.get(self._key(settings, device=device))
+            if known is None or settings.batch_size < known[0]:
+                continue
+            batch, number = known
+            which = (
+                f"batch {batch}"
+                if settings.batch_size == batch
+                else f"batch {settings.batch_size} > batch {batch}, which"
+            )
+            return Failure(
+                kind="infeasible",
+                message=(
+                    f"not run: {which} ran out of {where} with the same {same} in trial #{number}"
+                ),
+            )
+        return None
 
 
 def bytes_per_sample(meta: Mapping[str, Any] | None) -> float:

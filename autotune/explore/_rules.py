@@ -5,12 +5,13 @@ embedded backend's objective, or the Ray backend's driver):
   are reused (the trial says which one it repeats), and an unmeasured config is
   queued in its place (:mod:`autotune.explore._repeats`);
 - a batch size that ran out of memory marks every larger batch size with the
-  same other settings infeasible; they are recorded as such, not run; nor is a
+  same AMP (the device's memory) or the same other settings (the host's)
+  infeasible; they are recorded as such, not run; nor is a
   config whose batches cannot fit in /dev/shm, or whose compute ceiling cannot
   reach the best so far (:mod:`autotune.explore._ruled_out`);
 - a failure is recorded with its reason and the search goes on; if the same
-  failure ends every trial of a search, the user's code is broken and the
-  search stops with that one error (:mod:`autotune.explore._fatal`);
+  failure (other than running out of memory) ends every trial of a search, the
+  user's code is broken and the search stops with that one error (:mod:`autotune.explore._fatal`);
 - exploration ends early once more trials would learn nothing
   (:mod:`autotune.explore._early_stop`).
 
@@ -161,7 +162,7 @@ class TrialRules:
             record_failure(trial, result.failure)
             if result.failure.kind == "oom":
                 with self._lock:
-                    self.oom.add(settings, trial.number)
+                    self.oom.add(settings, trial.number, failure=result.failure)
         return probe_outcome(result)
 
     @staticmethod

@@ -15,6 +15,27 @@ SHM_FIX = (
 )
 SHM_HINT = f"shared memory (/dev/shm) is too small for the batches in flight; {SHM_FIX}"
 _VMSTAT = Path("/proc/vmstat")
+_OUT_OF_MEMORY = (
+    "out of memory",
+    "can't allocate memory",
+    "cublas_status_alloc_failed",
+    "cudnn_status_alloc_failed",
+    "failed to cuda calloc",
+    "failed to cuda malloc",
+    "cudaerrormemoryallocation",
+)
+"""Lower-case text of the errors that mean memory ran out, raised as a RuntimeError: by
+CUDA itself, cuBLAS and cuDNN (their handles and workspaces), and NCCL (its buffers)."""
+_DEVICE_LIBRARIES = (
+    "cuda",
+    "cublas",
+    "cudnn",
+    "nccl",
+    "hip out of memory",
+    "mps backend out of memory",
+    "xpu out of memory",
+)
+"""Names in an out-of-memory error that say the device's memory ran out."""
 _SIGNAL_HINTS: dict[int, str] = {
     signal.SIGSEGV.value: "a segmentation fault in native code (the dataset, the model, or a "
     "library they call)",
@@ -62,12 +83,19 @@ def _kind(error: BaseException, message: str) -> FailureKind:
         "exited unexpectedly" in lowered or "killed by signal" in lowered
     ):
         return "worker"
-    # Allocators that raise a RuntimeError rather than torch.OutOfMemoryError.
-    if isinstance(error, RuntimeError) and (
-        "out of memory" in lowered or "can't allocate memory" in lowered
-    ):
+    # Allocators and device libraries that raise a RuntimeError (NCCL's DistBackendError is
+    # one) rather than torch.OutOfMemoryError; NCCL names the cause lines below the first.
+    whole = str(error).lower()
+    if isinstance(error, RuntimeError) and any(text in whole for text in _OUT_OF_MEMORY):
         return "oom"
     return "error"
+
+
+def on_device(failure: Failure) -> bool:
+    """Whether ``failure`` is the accelerator's memory running out, not the host's: what
+    a batch needs there does not depend on the loader that feeds it."""
+    lowered = failure.message.lower()
+    return failure.kind == "oom" and any(name in lowered for name in _DEVICE_LIBRARIES)
 
 
 def describe(error: BaseException) -> str:

@@ -25,6 +25,7 @@ from autotune._errors import ConfigError
 from autotune.machine._monitor import Monitor
 from autotune.probe._child import child_main
 from autotune.probe._failure import SHM_HINT, describe_exit, oom_kills
+from autotune.probe._preload import cuda_safe
 from autotune.probe._protocol import Failure, Figures, ProbeRequest, ProbeResult, Window
 
 OnWindow = Callable[[Window, Figures], bool]
@@ -37,9 +38,10 @@ _SHM_MAY_EXPLAIN = ("timeout", "worker", "crash")
 """Failures that shared memory running out in a worker can cause without saying so."""
 _POLL_SECONDS = 0.1
 _context: BaseContext | None = None
+_preload = ["torch", "autotune.probe._server", "autotune.probe._child"]
 # torch._dynamo is imported by the first optimizer a probe builds: 2-3 s a probe unless
-# the fork server has it already.
-_preload = ["torch", "torch._dynamo", "autotune.probe._server", "autotune.probe._child"]
+# the fork server has it already (and it leaves CUDA alone, see _preload.cuda_safe).
+_PRELOAD_IF_SAFE = ("torch._dynamo",)
 
 
 def probe_context() -> BaseContext:
@@ -49,6 +51,7 @@ def probe_context() -> BaseContext:
         context: BaseContext
         if "forkserver" in multiprocessing.get_all_start_methods():
             context = multiprocessing.get_context("forkserver")
+            _preload.extend(cuda_safe(_PRELOAD_IF_SAFE))
             context.set_forkserver_preload(list(_preload))
         else:
             context = multiprocessing.get_context("spawn")
@@ -61,9 +64,10 @@ def preload_in_probes(modules: Iterable[str]) -> None:
     probe: for workloads whose pieces unpickle into a framework that takes seconds to
     import (transformers). Effective until the fork server starts, at this process's
     first probe; after that it changes nothing (the probes import what they need).
-    A module that fails to import there is skipped."""
-    _preload.extend(m for m in modules if m not in _preload)
+    A module that fails to import there is skipped, and so is one whose import touches
+    CUDA (every probe forked after it would fail to use it)."""
     context = probe_context()
+    _preload.extend(cuda_safe(tuple(m for m in dict.fromkeys(modules) if m not in _preload)))
     if context.get_start_method() == "forkserver":
         context.set_forkserver_preload(list(_preload))
 
