@@ -23,14 +23,13 @@ from autotune.decide._rounds import (
     runoff_verdict,
     verdict,
 )
-from autotune.explore import Backend, ExplorePlan
-from autotune.explore._bounds import Bounds
+from autotune.explore import Backend, Bounds, ExplorePlan
 from autotune.probe import Measurement
-from autotune.progress._progress import Progress
-from autotune.result._predict import LogSpread, pooled_spread
-from autotune.settings._settings import Settings
-from autotune.space._space import Space
-from autotune.study._study import GROUP, POSITION, TrialRecord, records
+from autotune.progress import Progress
+from autotune.result import LogSpread, pooled_spread
+from autotune.settings import Settings
+from autotune.space import Space
+from autotune.study import GROUP, POSITION, TrialRecord, records
 
 _MEASURED = ("COMPLETE", "PRUNED")
 

@@ -25,12 +25,11 @@ from torch.nn.parallel import DistributedDataParallel
 
 from autotune._format import format_rate
 from autotune.decide._choose import Candidate, cheapest_within
-from autotune.probe import Figures, ProbeRequest, run_probe
-from autotune.probe._placement import Placement
-from autotune.progress._progress import Progress
-from autotune.result._ddp import DdpMeasurement, DdpResult
-from autotune.settings._settings import Settings
-from autotune.workload._options import SearchOptions
+from autotune.probe import Figures, Placement, ProbeRequest, run_probe
+from autotune.progress import Progress
+from autotune.result import DdpMeasurement, DdpResult
+from autotune.settings import Settings
+from autotune.workload import SearchOptions
 
 if TYPE_CHECKING:
     from autotune.probe import Measurement

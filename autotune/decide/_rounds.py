@@ -74,7 +74,7 @@ from itertools import zip_longest
 
 from autotune.decide._choose import Candidate, cheapest
 from autotune.probe import Measurement
-from autotune.settings._settings import Settings
+from autotune.settings import Settings
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -29,9 +29,9 @@ import optuna
 
 from autotune._format import format_rate
 from autotune.probe import Figures, ProbeRequest, reference_windows, run_probe
-from autotune.progress._progress import Progress
-from autotune.settings._settings import Settings
-from autotune.space._space import Space
+from autotune.progress import Progress
+from autotune.settings import Settings
+from autotune.space import Space
 
 COMPUTE_CEILINGS = "autotune.compute_ceilings"
 """Study attribute: by :func:`compute_key`, the figures of the highest reading."""

@@ -17,10 +17,18 @@ from autotune.explore._backend import ExplorePlan
 from autotune.explore._outcome import TrialFailed
 from autotune.explore._rules import TrialRules
 from autotune.explore._trials import fixed_trial
-from autotune.probe import Failure, Figures, ProbeResult, Window, run_probe
-from autotune.probe._placement import PLACEMENT, Slot, SlotPool
-from autotune.settings._settings import Settings
-from autotune.study._study import Heartbeat
+from autotune.probe import (
+    PLACEMENT,
+    Failure,
+    Figures,
+    ProbeResult,
+    Slot,
+    SlotPool,
+    Window,
+    run_probe,
+)
+from autotune.settings import Settings
+from autotune.study import Heartbeat
 
 
 class Objective:

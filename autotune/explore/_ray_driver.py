@@ -50,8 +50,8 @@ from autotune.explore._rules import TrialRules
 from autotune.explore._rungs import StudyRungs
 from autotune.explore._trials import fixed_trial, report_windows
 from autotune.probe import Failure, Figures, ProbeResult, Window
-from autotune.settings._settings import Settings
-from autotune.study._study import NODE, Heartbeat
+from autotune.settings import Settings
+from autotune.study import NODE, Heartbeat
 
 
 @dataclasses.dataclass

@@ -44,8 +44,8 @@ from collections.abc import Iterable
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.study._study import DUPLICATE_OF, PROPOSED_BY, ROLE, WARM_START
-from autotune.workload._options import SearchOptions
+from autotune.study import DUPLICATE_OF, PROPOSED_BY, ROLE, WARM_START
+from autotune.workload import SearchOptions
 
 
 class StudyRungs(optuna.pruners.BasePruner):

@@ -12,8 +12,8 @@ from optuna.trial import TrialState
 
 from autotune.explore._backend import ExplorePlan
 from autotune.probe import Figures
-from autotune.settings._settings import Settings
-from autotune.study._study import (
+from autotune.settings import Settings
+from autotune.study import (
     GROUP,
     OWNER,
     POSITION,

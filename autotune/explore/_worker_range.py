@@ -28,9 +28,9 @@ import optuna
 from autotune._format import format_rate
 from autotune.explore._bounds import Bounds
 from autotune.probe import ProbeRequest, reference_windows, run_probe
-from autotune.progress._progress import Progress
-from autotune.settings._settings import Settings
-from autotune.space._space import IntRange, Space
+from autotune.progress import Progress
+from autotune.settings import Settings
+from autotune.space import IntRange, Space
 
 WORKER_RANGE = "autotune.worker_range"
 """Study attribute: the loader-alone rates by worker count and the bound they set."""

@@ -30,9 +30,9 @@ import statistics
 from collections.abc import Sequence
 
 from autotune._format import format_rate
-from autotune.decide._choose import cost
+from autotune.decide import cost
 from autotune.probe import Window
-from autotune.settings._settings import TORCH_PREFETCH, Settings
+from autotune.settings import TORCH_PREFETCH, Settings
 
 IDLE_WAIT = 0.03
 """A start without workers whose steps wait less than this share for data ends the

@@ -15,31 +15,47 @@ import psutil
 
 from autotune._errors import StudyError, WorkloadError
 from autotune._format import format_rate
-from autotune.decide._ceilings import Ceilings, measure_ceilings
-from autotune.decide._confirm import confirm, explored_candidates
-from autotune.decide._ddp import planned_probes, run_ddp_stage
-from autotune.decide._rounds import round_length
-from autotune.explore import Backend, ExplorePlan, get_backend
-from autotune.explore._bounds import Bounds, measure_bounds
-from autotune.explore._worker_range import WorkerRange, measure_worker_range, sweepable
-from autotune.machine._machine import Machine
+from autotune.decide import (
+    Ceilings,
+    confirm,
+    explored_candidates,
+    measure_ceilings,
+    planned_probes,
+    round_length,
+    run_ddp_stage,
+)
+from autotune.explore import (
+    Backend,
+    Bounds,
+    ExplorePlan,
+    WorkerRange,
+    get_backend,
+    measure_bounds,
+    measure_worker_range,
+    sweepable,
+)
+from autotune.machine import Machine
 from autotune.pipeline._setup import inputs, prepare
-from autotune.probe import Failure, ProbeRequest, WorkloadSource, run_probe
-from autotune.probe._runner import refuse_while_bootstrapping
-from autotune.progress._progress import Progress, QuietProgress
-from autotune.result._ddp import DdpResult
-from autotune.result._result import SearchResult
-from autotune.settings._settings import Settings
-from autotune.space._space import Space, default_max_workers
-from autotune.study._fingerprint import check_same_workload, study_meta
-from autotune.study._study import (
+from autotune.probe import (
+    Failure,
+    ProbeRequest,
+    WorkloadSource,
+    refuse_while_bootstrapping,
+    run_probe,
+)
+from autotune.progress import Progress, QuietProgress
+from autotune.result import DdpResult, SearchResult
+from autotune.settings import Settings
+from autotune.space import Space, default_max_workers
+from autotune.study import (
     META,
     RESULT,
+    check_same_workload,
     open_study,
     read_meta,
+    study_meta,
 )
-from autotune.workload._options import MEMORY_SHARE, SearchOptions
-from autotune.workload._workload import Workload
+from autotune.workload import MEMORY_SHARE, SearchOptions, Workload
 
 _CEILING_PROBES = 5
 """At most: compute and data of the winner and of the default loader, and the loader limit."""

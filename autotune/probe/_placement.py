@@ -17,9 +17,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from autotune._errors import ConfigError
-from autotune.machine._gpus import Discovery, Gpu, GpuSpec, parse_spec, select
-from autotune.probe import ProbeRequest
-from autotune.probe._protocol import DdpSpec, RankPlace
+from autotune.machine import Discovery, Gpu, GpuSpec, parse_spec, select
+from autotune.probe._protocol import DdpSpec, ProbeRequest, RankPlace
 
 _VISIBLE = "CUDA_VISIBLE_DEVICES"
 PLACEMENT = "autotune.placement"

@@ -10,8 +10,8 @@ import dataclasses
 import statistics
 from typing import Any, Literal
 
-from autotune.machine._monitor import MonitorFigures
-from autotune.settings._settings import Settings
+from autotune.machine import MonitorFigures
+from autotune.settings import Settings
 
 Mode = Literal["train", "compute", "data", "check", "ddp"]
 """train: the real loader and model; compute: the model on batches held in memory

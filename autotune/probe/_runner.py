@@ -22,7 +22,7 @@ from typing import Any
 import psutil
 
 from autotune._errors import ConfigError
-from autotune.machine._monitor import Monitor
+from autotune.machine import Monitor
 from autotune.probe._child import child_main
 from autotune.probe._failure import SHM_HINT, describe_exit, oom_kills
 from autotune.probe._protocol import Failure, Figures, ProbeRequest, ProbeResult, Window

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.settings._allocator import (
+from autotune.settings import (
     AllocatorState,
+    Settings,
     calls_autotune,
     code_lines,
     launch_words,
 )
-from autotune.settings._settings import Settings
 
 SCRIPT = "train.py"
 """Stands for the user's training script in the torchrun line."""

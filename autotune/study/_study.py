@@ -39,7 +39,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune._errors import StudyError
 from autotune.probe import Failure, Figures, Measurement
-from autotune.settings._settings import Settings
+from autotune.settings import Settings
 
 STUDY_FORMAT = 1
 META = "autotune"
