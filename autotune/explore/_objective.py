@@ -28,7 +28,7 @@ from autotune.probe import (
     run_probe,
 )
 from autotune.settings import Settings
-from autotune.study import Heartbeat
+from autotune.study import Heartbeat, frozen_trial, id_in_storage
 
 
 class Objective:
@@ -121,7 +121,7 @@ def run_fixed(study: optuna.Study, objective: Objective, attrs: dict[str, Any]) 
     trial = fixed_trial(study, attrs)
     # Outside Study.optimize, so no heartbeat of Optuna's: the trial beats like those.
     with Heartbeat(study) as heartbeat:
-        heartbeat.add(trial._trial_id)
+        heartbeat.add(id_in_storage(trial))
         try:
             value = objective(trial)
         except TrialFailed:
@@ -133,4 +133,4 @@ def run_fixed(study: optuna.Study, objective: Objective, attrs: dict[str, Any]) 
             raise
         else:
             study.tell(trial, value)
-    objective.after(study, study._storage.get_trial(trial._trial_id))
+    objective.after(study, frozen_trial(study, trial))

@@ -22,6 +22,7 @@ from autotune.study import (
     SETTINGS,
     WARM_START,
     TrialRecord,
+    new_trial,
     owner,
 )
 
@@ -95,5 +96,4 @@ def fixed_trial(study: optuna.Study, attrs: dict[str, Any]) -> optuna.Trial:
     template = optuna.trial.create_trial(
         state=TrialState.RUNNING, user_attrs={**attrs, OWNER: owner()}
     )
-    trial_id = study._storage.create_new_trial(study._study_id, template_trial=template)
-    return optuna.Trial(study, trial_id)
+    return new_trial(study, template)

@@ -2,6 +2,13 @@
 trial is read back as, and which study a search may add to (the fingerprint)."""
 
 from autotune.study._fingerprint import check_same_workload, study_meta
+from autotune.study._optuna_private import (
+    backing_storage,
+    frozen_trial,
+    id_in_storage,
+    new_trial,
+    storage_of,
+)
 from autotune.study._study import (
     BACKEND,
     BOUNDED,
@@ -49,13 +56,18 @@ __all__ = [
     "WARM_START",
     "Heartbeat",
     "TrialRecord",
+    "backing_storage",
     "check_same_workload",
     "fail_abandoned",
+    "frozen_trial",
+    "id_in_storage",
+    "new_trial",
     "open_study",
     "owner",
     "quiet_optuna",
     "read_meta",
     "records",
     "resolve",
+    "storage_of",
     "study_meta",
 ]
