@@ -244,8 +244,7 @@ def _finalist_settings(
     ):
         # The finalists are those within twice the tolerance of the best figure, and a
         # pruned trial's figure is its last window: one lucky window of 0.5 s can leave
-        # out the config that held its pace over every window (tiny-model seed 1 at
-        # 2304021: 925 samples/s after one window kept out 868 measured over nine).
+        # out the config that held its pace over every window.
         notes.append(
             f"{steadiest.settings.describe()}: the fastest config exploration measured in "
             "full, confirmed beside the finalists"

@@ -39,10 +39,8 @@ COMPUTE_READINGS = "autotune.compute_readings"
 """Study attribute: by :func:`compute_key`, the samples/s of every reading taken."""
 READINGS = 2
 """Probe processes that read each compute ceiling. One process may run the model well
-below the next: on a 2-CPU machine, three searches read a text model with two threads
-at 1,909, 2,046 and 2,680 samples/s, each reading's windows within 2% of one another,
-and 30 probes in a row read it at 2,670-2,970 in 26 and at 1,940-2,210 in 4. With one
-reading, the low one ruled out every two-thread config unrun, the best among them."""
+below the next, however steady its own windows, and with one reading a low one rules
+out every config of that combination unrun (the runs: ``docs/decisions.md``)."""
 MAX_COMBINATIONS = 16
 """Above this many (batch size, AMP, threads) combinations, no bounds are measured."""
 NOISE_MARGIN = 0.05

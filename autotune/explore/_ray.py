@@ -227,7 +227,7 @@ class RayBackend:
     ) -> list[str]:
         session, resources = self._start(plan)
         # Every round in one Tune run: each run starts its Ray workers and their probe fork
-        # servers anew (about 10 s on 2 CPUs), which a run per round would pay each time.
+        # servers anew (seconds on a small machine), which a run per round would pay each time.
         groups, attrs = [], []
         for number in range(1, rounds + 1):
             group, round_attrs = group_attrs(settings, roles, number)

@@ -74,9 +74,7 @@ def group_attrs(
 
     Within a round of minutes the machine's speed drifts. In one order every round, the
     configs measured last would get the same share of that drift every time, and a ratio
-    taken within a round would carry it (padded-text seed 2 sped up from 1,596 to 2,273
-    samples/s from a round's first config to its fifth, and the default loader, always
-    last, beat the config measured first). Reversed every other round, a steady drift
+    taken within a round would carry it. Reversed every other round, a steady drift
     favours each config in one round as much as it costs it in the next."""
     group = uuid.uuid4().hex
     attrs = [

@@ -342,14 +342,10 @@ def warm_starts(
     workers the training has the CPUs to itself, and ceilings of two thread counts are
     often within each other's noise, so the one measured fastest may not be.
 
-    The loader's best is there because exploration prunes on single windows of a
-    noisy machine: on tiny-model (926df22) the loader alone peaked at 8-16 workers on 2
-    CPUs, the plain loop's best trained there on one thread, and the searches, which
-    sampled that region once or twice, chose 2-5 workers. A worker per CPU on the fewest
+    The loader's best is there because exploration prunes on single windows of a noisy
+    machine and may sample that region too seldom; a worker per CPU on the fewest
     threads lies between the loader's best and the split, where neither of them nor the
-    rule of thumb measures it: it was the plain loop's best on cpu-decode (d6d36d4: the
-    seed that never tried it chose 0.915 of it), tiny-model (9042e2f) and dict-batches
-    (2304021)."""
+    rule of thumb measures it (the runs: ``docs/decisions.md``)."""
     share = cpus or machine.cpus
     threads = [t for t in space.threads.values() if isinstance(t, int)]
     rule_of_thumb = Settings(

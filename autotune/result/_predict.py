@@ -4,8 +4,7 @@
 The range of the rounds is not that. A fourth measurement of the same config lies
 between the lowest and the highest of three earlier ones with probability 1/2 (of
 n + 1 exchangeable draws, the new one is the lowest or the highest with probability
-2 / (n + 1)); judged against a plain training loop run afterwards, that range held
-the loop's figure for 36 of 72 choices in the benchmark's results.
+2 / (n + 1)).
 
 The interval is Student's prediction interval on the logarithm of the figures
 (throughputs and their ratios vary by a factor, not by an amount, and stay positive):
@@ -14,16 +13,12 @@ t factor is 4.30, so 3 rounds that disagree give a wide interval: that is what 3
 rounds tell. More rounds (``--rounds``) narrow it.
 
 Three rounds of one config also estimate its spread poorly: three that happen to agree
-give a narrow interval that the next measurement misses (numpy-memmap, seed 2 at
-9ec8c1d: rounds of 13,567, 13,257 and 13,679 samples/s, a printed 12,451-14,636, and
-the plain loop read 16,426). Every config of the confirming rounds is measured on the same
-machine in the same rounds, so the spread of the samples/s interval is pooled over all
-of them (:func:`pooled_spread`): the deviations of each config's logarithms from their
-own mean, over the degrees of freedom of all configs together (with 6 configs in 3
-rounds, 12 instead of 2, and a t factor of 2.18 instead of 4.30). Replayed on the
-confirming rounds of 18 searches kept in logs and judged by the plain-loop checker,
-the pooled interval held the checker's figure for 17, the config's own for 16, and the
-pooled one was narrower (a median ratio of its ends of 1.55 against 2.45).
+give a narrow interval that the next measurement misses. Every config of the confirming
+rounds is measured on the same machine in the same rounds, so the spread of the
+samples/s interval is pooled over all of them (:func:`pooled_spread`): the deviations of
+each config's logarithms from their own mean, over the degrees of freedom of all configs
+together (with 6 configs in 3 rounds, 12 instead of 2, and a t factor of 2.18 instead of
+4.30). How these intervals held against a plain loop: ``docs/decisions.md``.
 """
 
 from __future__ import annotations
