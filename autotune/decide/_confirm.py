@@ -10,6 +10,7 @@ import dataclasses
 
 import optuna
 
+from autotune._noise import LogSpread, pooled_log_spread
 from autotune.decide._choose import OVERLAP_FACTOR, Candidate, cheapest_within, finalists, merge
 from autotune.decide._rounds import (
     RUNOFF,
@@ -26,7 +27,6 @@ from autotune.decide._rounds import (
 from autotune.explore import Backend, Bounds, ExplorePlan
 from autotune.probe import Measurement
 from autotune.progress import Progress
-from autotune.result import LogSpread, pooled_spread
 from autotune.settings import Settings
 from autotune.space import Space
 from autotune.study import GROUP, POSITION, TrialRecord, records
@@ -54,7 +54,7 @@ class Confirmed:
     """The winner's samples/s in each round."""
     rates_spread: LogSpread | None = None
     """The spread of samples/s between rounds, pooled over every config measured in all
-    of them, the default included (see :func:`pooled_spread`)."""
+    of them, the default included (see :func:`~autotune._noise.pooled_log_spread`)."""
     speedup_rounds: tuple[float, ...] = ()
     """winner / default in each round."""
     is_default: bool = False
@@ -157,7 +157,9 @@ def confirm(
         rounds=rounds,
         noise=noise,
         rates=pick.rates,
-        rates_spread=pooled_spread([r.rates for r in (*finalist_rounds, default) if r.complete]),
+        rates_spread=pooled_log_spread(
+            [r.rates for r in (*finalist_rounds, default) if r.complete]
+        ),
         speedup_rounds=pick.speedups if default.complete else (),
         is_default=pick is default,
     )

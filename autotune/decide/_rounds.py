@@ -33,6 +33,7 @@ import statistics
 from collections.abc import Sequence
 from itertools import zip_longest
 
+from autotune._noise import half_range
 from autotune.decide._choose import Candidate, cheapest
 from autotune.probe import Measurement
 from autotune.settings import Settings
@@ -92,16 +93,6 @@ class Rounds:
         if typical is None:
             raise ValueError(f"{self.settings.describe()} was measured in no round")
         return typical
-
-
-def relative_spread(rates: Sequence[float]) -> float | None:
-    """Half the range of ``rates`` over their median; None for fewer than 2."""
-    if len(rates) < 2:
-        return None
-    middle = statistics.median(rates)
-    if middle <= 0:
-        return None
-    return (max(rates) - min(rates)) / (2 * middle)
 
 
 BESIDE = 2
@@ -181,7 +172,7 @@ def round_noise(finalists: Sequence[Rounds]) -> float:
     spreads = [
         spread
         for rounds in finalists
-        if rounds.complete and (spread := relative_spread(rounds.speedups)) is not None
+        if rounds.complete and (spread := half_range(rounds.speedups)) is not None
     ]
     return statistics.median(spreads) if spreads else 0.0
 

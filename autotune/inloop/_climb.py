@@ -30,6 +30,7 @@ import statistics
 from collections.abc import Sequence
 
 from autotune._format import format_rate
+from autotune._noise import window_spread
 from autotune.decide import cost
 from autotune.probe import Window
 from autotune.settings import TORCH_PREFETCH, Settings
@@ -75,16 +76,9 @@ class ClimbOptions:
     """Whether pinned memory may be tried (only when training on CUDA)."""
 
 
-def spread(rates: Sequence[float]) -> float:
-    """Relative spread of a config's window rates (stdev / mean); 0 with fewer than two."""
-    if len(rates) < 2 or statistics.fmean(rates) <= 0:
-        return 0.0
-    return statistics.stdev(rates) / statistics.fmean(rates)
-
-
 def noise(current: Sequence[float], candidate: Sequence[float], tolerance: float) -> float:
     """The relative difference two configs' medians must exceed to count."""
-    return max(tolerance, spread(current), spread(candidate))
+    return max(tolerance, window_spread(current), window_spread(candidate))
 
 
 def keeps(

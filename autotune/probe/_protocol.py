@@ -7,9 +7,9 @@ child process, in a Ray worker or on another node.
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from typing import Any, Literal
 
+from autotune import _noise
 from autotune.machine import MonitorFigures
 from autotune.settings import Settings
 
@@ -191,10 +191,7 @@ class Figures:
     @property
     def window_spread(self) -> float:
         """Relative spread of the windows' throughputs (stdev / mean): the noise."""
-        rates = [w.samples_per_s for w in self.windows]
-        if len(rates) < 2 or statistics.fmean(rates) == 0:
-            return 0.0
-        return statistics.stdev(rates) / statistics.fmean(rates)
+        return _noise.window_spread([w.samples_per_s for w in self.windows])
 
     def to_dict(self) -> dict[str, Any]:
         return {

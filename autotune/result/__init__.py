@@ -2,7 +2,6 @@
 as code (the DDP launch line included)."""
 
 from autotune.result._ddp import DdpMeasurement, DdpResult
-from autotune.result._predict import LogSpread, pooled_spread
 from autotune.result._result import SearchResult
 
-__all__ = ["DdpMeasurement", "DdpResult", "LogSpread", "SearchResult", "pooled_spread"]
+__all__ = ["DdpMeasurement", "DdpResult", "SearchResult"]

@@ -15,11 +15,12 @@ from typing import Any
 
 from autotune._errors import ConfigError, StudyError
 from autotune._format import format_rate
+from autotune._noise import LogSpread
 from autotune.machine import Machine
 from autotune.probe import Figures, Measurement
 from autotune.result._ddp import DdpResult
 from autotune.result._launch import accumulation_steps, lr_note
-from autotune.result._predict import LEVEL, LogSpread, prediction_interval
+from autotune.result._predict import LEVEL, prediction_interval
 from autotune.settings import Settings
 
 EXPORT_FORMAT = 1
