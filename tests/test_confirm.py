@@ -223,17 +223,9 @@ def result_of(confirmed: autotune.decide._confirm.Confirmed) -> SearchResult:
         figures=confirmed.winner.figures,
         device="cpu",
         machine=detect_machine(None),
-        baseline=confirmed.baseline,
-        finalists=confirmed.finalists,
         tolerance=0.03,
-        confirmed=confirmed.confirmed,
-        rounds=confirmed.rounds,
-        noise=confirmed.noise,
-        rates=confirmed.rates,
-        rates_spread=confirmed.rates_spread,
-        speedup_rounds=confirmed.speedup_rounds,
-        is_default=confirmed.is_default,
         user_batch_size=32,
+        **confirmed.confirmation(),
     )
 
 

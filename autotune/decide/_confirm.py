@@ -10,7 +10,7 @@ import dataclasses
 
 import optuna
 
-from autotune._noise import LogSpread, pooled_log_spread
+from autotune._noise import pooled_log_spread
 from autotune.decide._choose import OVERLAP_FACTOR, Candidate, cheapest_within, finalists, merge
 from autotune.decide._rounds import (
     RUNOFF,
@@ -27,6 +27,7 @@ from autotune.decide._rounds import (
 from autotune.explore import Backend, Bounds, ExplorePlan
 from autotune.probe import Measurement
 from autotune.progress import Progress
+from autotune.result import Confirmation
 from autotune.settings import Settings
 from autotune.space import Space
 from autotune.study import GROUP, POSITION, TrialRecord, records
@@ -35,30 +36,12 @@ _MEASURED = ("COMPLETE", "PRUNED")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Confirmed:
+class Confirmed(Confirmation):
     """What the confirming rounds measured, and the config chosen."""
 
     winner: Measurement
-    """The chosen config, with the figures of its median round."""
-    finalists: tuple[Measurement, ...]
-    """Each config measured in every round, with its median round's figures (empty when
-    none was: the winner then comes from exploration figures)."""
-    baseline: Measurement | None
-    """The default loader's median round; None when it failed in a round."""
-    confirmed: bool
-    """The winner was measured in every round; False: chosen from exploration alone."""
-    rounds: int = 0
-    noise: float = 0.0
-    """The noise measured between rounds (see :func:`round_noise`)."""
-    rates: tuple[float, ...] = ()
-    """The winner's samples/s in each round."""
-    rates_spread: LogSpread | None = None
-    """The spread of samples/s between rounds, pooled over every config measured in all
-    of them, the default included (see :func:`~autotune._noise.pooled_log_spread`)."""
-    speedup_rounds: tuple[float, ...] = ()
-    """winner / default in each round."""
-    is_default: bool = False
-    """No config beat the default loader beyond the noise: it is the recommendation."""
+    """The chosen config, with the figures of its median round (from exploration figures
+    when ``confirmed`` is False)."""
 
 
 def explored_candidates(
