@@ -19,7 +19,7 @@ plain-loop checker) can read configs and settings without loading it.
 import importlib as _importlib
 import typing as _typing
 
-if _typing.TYPE_CHECKING:
+if _typing.TYPE_CHECKING:  # the same names as __all__ (a test checks)
     from autotune._errors import (
         AutotuneError,
         ConfigError,
@@ -29,56 +29,18 @@ if _typing.TYPE_CHECKING:
         StudyError,
         WorkloadError,
     )
-    from autotune.decide._diagnosis import Diagnosis, diagnose
-    from autotune.inloop._loader import OnlineLoader
-    from autotune.inloop._online import online
-    from autotune.machine._machine import Machine
-    from autotune.output._load import load
-    from autotune.output._report import report
-    from autotune.pipeline._search import search
+    from autotune.decide import Diagnosis, diagnose
+    from autotune.inloop import OnlineLoader, online
+    from autotune.machine import Machine
+    from autotune.output import load, report
+    from autotune.pipeline import search
     from autotune.probe import Measurement
-    from autotune.progress._progress import LineProgress, LiveProgress, Progress, QuietProgress
-    from autotune.result._ddp import DdpMeasurement, DdpResult
-    from autotune.result._result import SearchResult
-    from autotune.settings._allocator import fix_allocator
-    from autotune.settings._loader import EchoLoader
-    from autotune.settings._settings import Settings
-    from autotune.workload._options import SearchOptions
-    from autotune.workload._workload import Workload
+    from autotune.progress import LineProgress, LiveProgress, Progress, QuietProgress
+    from autotune.result import DdpMeasurement, DdpResult, SearchResult
+    from autotune.settings import EchoLoader, Settings, fix_allocator
+    from autotune.workload import SearchOptions, Workload
 
 __version__ = "0.1.0"
-
-_HOMES = {
-    "AutotuneError": "autotune._errors",
-    "ConfigError": "autotune._errors",
-    "DdpMeasurement": "autotune.result._ddp",
-    "DdpResult": "autotune.result._ddp",
-    "Diagnosis": "autotune.decide._diagnosis",
-    "EchoLoader": "autotune.settings._loader",
-    "FingerprintWarning": "autotune._errors",
-    "LineProgress": "autotune.progress._progress",
-    "LiveProgress": "autotune.progress._progress",
-    "Machine": "autotune.machine._machine",
-    "Measurement": "autotune.probe",
-    "MissingExtraError": "autotune._errors",
-    "OnlineLoader": "autotune.inloop._loader",
-    "Progress": "autotune.progress._progress",
-    "QuietProgress": "autotune.progress._progress",
-    "SearchOptions": "autotune.workload._options",
-    "SearchResult": "autotune.result._result",
-    "Settings": "autotune.settings._settings",
-    "SpaceError": "autotune._errors",
-    "StudyError": "autotune._errors",
-    "Workload": "autotune.workload._workload",
-    "WorkloadError": "autotune._errors",
-    "diagnose": "autotune.decide._diagnosis",
-    "fix_allocator": "autotune.settings._allocator",
-    "load": "autotune.output._load",
-    "online": "autotune.inloop._online",
-    "report": "autotune.output._report",
-    "search": "autotune.pipeline._search",
-}
-"""Each public name and the module it lives in."""
 
 __all__ = [
     "AutotuneError",
@@ -112,17 +74,32 @@ __all__ = [
     "search",
 ]
 
+_FRONT_DOORS = (
+    "autotune._errors",
+    "autotune.settings",
+    "autotune.workload",
+    "autotune.machine",
+    "autotune.probe",
+    "autotune.result",
+    "autotune.progress",
+    "autotune.decide",
+    "autotune.inloop",
+    "autotune.output",
+    "autotune.pipeline",
+)
+"""Where the public names live, the bottom stage first: a name is looked up in each in turn,
+so reading one loads its own stage and the stages below it only."""
 
 if not _typing.TYPE_CHECKING:  # mypy reads the imports above; a __getattr__ makes names Any
 
     def __getattr__(name: str) -> _typing.Any:
-        """Import a public name from its module on first use, and keep it here."""
-        home = _HOMES.get(name)
-        if home is None:
-            raise AttributeError(f"module 'autotune' has no attribute {name!r}")
-        value = getattr(_importlib.import_module(home), name)
-        globals()[name] = value
-        return value
+        """Import a public name from its stage on first use, and keep it here."""
+        for home in _FRONT_DOORS if name in __all__ else ():
+            module = _importlib.import_module(home)
+            if hasattr(module, name):
+                globals()[name] = value = getattr(module, name)
+                return value
+        raise AttributeError(f"module 'autotune' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, cast, get_args, get_type_hints
 from autotune._errors import AutotuneError, FingerprintWarning
 
 if TYPE_CHECKING:
-    from autotune.result._result import SearchResult
+    from autotune.result import SearchResult
 
 SEARCH_EXAMPLES = """examples:
   autotune search examples/quickstart.py                 tune, print the best, save the study
@@ -242,14 +242,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _search(args: argparse.Namespace) -> int:
-    from autotune.decide._diagnosis import diagnose
-    from autotune.output._show import code_lines, diagnosis_lines, result_lines
-    from autotune.pipeline._search import search
-    from autotune.progress._progress import make_progress
+    from autotune.decide import diagnose
+    from autotune.output import code_lines, diagnosis_lines, result_lines
+    from autotune.pipeline import search
+    from autotune.progress import make_progress
 
     options = {name: getattr(args, name) for name in SEARCH_FLAGS}
     if args.dry_run:
-        from autotune.pipeline._dry_run import dry_run
+        from autotune.pipeline import dry_run
 
         print("\n".join(dry_run(args.config, device=args.device, **options)))
         return 0
@@ -264,16 +264,16 @@ def _search(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from autotune.decide._diagnosis import diagnose
-    from autotune.output._load import result_of
-    from autotune.output._show import (
+    from autotune.decide import diagnose
+    from autotune.output import (
         counts_line,
         diagnosis_lines,
         result_lines,
+        result_of,
         show_json,
         trials_table,
     )
-    from autotune.study._study import open_study, read_meta, records, resolve
+    from autotune.study import open_study, read_meta, records, resolve
 
     path, name = resolve(args.study, Path(args.study).stem)
     study = open_study(path, name, create=False)
@@ -304,8 +304,8 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from autotune.output._load import result_of
-    from autotune.study._study import open_study, resolve
+    from autotune.output import result_of
+    from autotune.study import open_study, resolve
 
     path, name = resolve(args.study, Path(args.study).stem)
     result = result_of(open_study(path, name, create=False), path=path)
@@ -320,8 +320,8 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from autotune.output._report import report
-    from autotune.study._study import resolve
+    from autotune.output import report
+    from autotune.study import resolve
 
     output = args.output
     if output is None and args.format == "html":
@@ -338,7 +338,7 @@ def _report(args: argparse.Namespace) -> int:
 def _warn_if_moved(result: SearchResult) -> None:
     """One line on stderr when this machine differs from the one the settings were tuned
     on; the settings are shown all the same."""
-    from autotune.output._load import warn_if_moved
+    from autotune.output import warn_if_moved
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", FingerprintWarning)

@@ -31,9 +31,9 @@ from conftest import CHILD_PYTHONPATH, QUICK, TESTS
 import autotune
 from autotune.cli import main
 from autotune.probe import ProbeRequest, WorkloadSource
-from autotune.settings._settings import Settings
-from autotune.study._study import OWNER, TrialRecord, records
-from autotune.workload._workload import Workload
+from autotune.settings import Settings
+from autotune.study import OWNER, TrialRecord, records
+from autotune.workload import Workload
 
 DRIVERS = ("cli", "api")
 NAME = "fault"

@@ -3,7 +3,7 @@ they run on."""
 
 from __future__ import annotations
 
-from autotune.machine._machine import Machine
+from autotune.machine import Machine
 
 TWO_CPUS = Machine(
     cpus=2, cpu_model="t", memory_bytes=2**33, shm_bytes=2**30, accelerator="cpu", cpu_bf16=True

@@ -17,13 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from autotune.machine._machine import detect_machine
+from autotune.machine import detect_machine
 from autotune.probe import Figures
-from autotune.result._ddp import DdpResult
+from autotune.result import DdpResult, SearchResult
 from autotune.result._launch import torchrun_line
-from autotune.result._result import SearchResult
-from autotune.settings import _allocator
-from autotune.settings._settings import Settings
+from autotune.settings import Settings, _allocator
 
 ROOT = Path(__file__).resolve().parents[1]
 glibc_only = pytest.mark.skipif(_allocator._glibc() is None, reason="glibc's malloc only")

@@ -22,8 +22,8 @@ from autotune.explore._bounds import (
     measure_bounds,
 )
 from autotune.probe import Failure, Figures, ProbeRequest, ProbeResult, Window, WorkloadSource
-from autotune.space._space import build_space
-from autotune.study._study import records
+from autotune.space import build_space
+from autotune.study import records
 
 
 def figures_of(rate: float) -> Figures:

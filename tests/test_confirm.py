@@ -26,17 +26,16 @@ from autotune.decide._confirm import (
     without_workers,
 )
 from autotune.decide._rounds import RUNOFF, interleaved
-from autotune.explore import ExplorePlan
-from autotune.explore._bounds import Bounds, compute_key
+from autotune.explore import Bounds, ExplorePlan, compute_key
 from autotune.explore._trials import fixed_trial, group_attrs
-from autotune.machine._machine import detect_machine
-from autotune.output._show import result_lines
+from autotune.machine import detect_machine
+from autotune.output import result_lines
 from autotune.probe import Figures, ProbeRequest, Window, WorkloadSource
-from autotune.progress._progress import QuietProgress
+from autotune.progress import QuietProgress
 from autotune.result._predict import prediction_interval
-from autotune.space._space import Space, build_space
-from autotune.study._study import FAILURE, FIGURES, ROLE, SETTINGS, records
-from autotune.workload._options import SearchOptions
+from autotune.space import Space, build_space
+from autotune.study import FAILURE, FIGURES, ROLE, SETTINGS, records
+from autotune.workload import SearchOptions
 
 DEFAULT = Settings(batch_size=32)
 COMPLETE, FAIL, PRUNED = (
@@ -223,17 +222,9 @@ def result_of(confirmed: autotune.decide._confirm.Confirmed) -> SearchResult:
         figures=confirmed.winner.figures,
         device="cpu",
         machine=detect_machine(None),
-        baseline=confirmed.baseline,
-        finalists=confirmed.finalists,
         tolerance=0.03,
-        confirmed=confirmed.confirmed,
-        rounds=confirmed.rounds,
-        noise=confirmed.noise,
-        rates=confirmed.rates,
-        rates_spread=confirmed.rates_spread,
-        speedup_rounds=confirmed.speedup_rounds,
-        is_default=confirmed.is_default,
         user_batch_size=32,
+        **confirmed.confirmation(),
     )
 
 

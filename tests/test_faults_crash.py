@@ -12,7 +12,7 @@ from faults import Case, drive, probe_request
 
 import autotune
 from autotune.probe import ProbeResult, run_probe
-from autotune.settings._settings import Settings
+from autotune.settings import Settings
 
 WITH_WORKERS = Settings(batch_size=4, num_workers=2, prefetch_factor=2)
 

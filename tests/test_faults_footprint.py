@@ -8,7 +8,7 @@ import sys
 
 from faults import listing
 
-from autotune.workload._workload import load_config
+from autotune.workload import load_config
 
 
 def test_loading_a_config_leaves_no_bytecode_beside_it(write_config, monkeypatch) -> None:

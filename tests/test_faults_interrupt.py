@@ -36,7 +36,7 @@ from faults import (
 import autotune
 from autotune.cli import main
 from autotune.probe import run_probe
-from autotune.settings._settings import Settings
+from autotune.settings import Settings
 
 EIGHT_CONFIGS = {
     "num_workers": [0, 1],

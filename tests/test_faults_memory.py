@@ -19,9 +19,8 @@ from fake_clock import FakeTime
 from faults import Case, drive, probe_request, study_trials
 
 import autotune
-from autotune.probe import ProbeResult, run_probe
-from autotune.probe._failure import shm_shortfall
-from autotune.settings._settings import Settings
+from autotune.probe import ProbeResult, run_probe, shm_shortfall
+from autotune.settings import Settings
 
 BATCHES = {"num_workers": 0, "threads": 1, "amp": "off", "batch_size": [8, 16, 32]}
 

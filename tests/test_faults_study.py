@@ -22,7 +22,7 @@ from faults import DRIVERS, Case, one_error_line
 import autotune
 from autotune import FingerprintWarning, StudyError
 from autotune.cli import main
-from autotune.study._study import META, RESULT
+from autotune.study import META, RESULT
 
 
 def digest(path: Path) -> str:

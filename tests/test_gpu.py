@@ -9,12 +9,11 @@ import pytest
 from fake_nvml import FakeGpu
 
 from autotune import ConfigError, SearchOptions
+from autotune.machine import detect_machine
 from autotune.machine._gpus import Gpu, discover, load_nvml, select
-from autotune.machine._machine import detect_machine
-from autotune.probe import ProbeRequest, WorkloadSource
-from autotune.probe._placement import Slot, SlotPool, plan_placement
-from autotune.settings._settings import Settings
-from autotune.space._space import build_space
+from autotune.probe import ProbeRequest, Slot, SlotPool, WorkloadSource, plan_placement
+from autotune.settings import Settings
+from autotune.space import build_space
 
 UUID_A = "GPU-aaaa1111-0000-0000-0000-000000000000"
 UUID_B = "GPU-bbbb2222-0000-0000-0000-000000000000"

@@ -11,10 +11,10 @@ import pytest
 import workloads
 from fake_nvml import FakeGpu
 
-from autotune.machine._monitor import Monitor, MonitorFigures
+from autotune.machine import Monitor, MonitorFigures
 from autotune.probe import Figures, ProbeRequest, WorkloadSource, run_probe
-from autotune.settings._settings import Settings
-from autotune.workload._workload import Workload
+from autotune.settings import Settings
+from autotune.workload import Workload
 
 UUID = "GPU-aaaa1111-0000-0000-0000-000000000000"
 

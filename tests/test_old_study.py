@@ -16,8 +16,8 @@ from conftest import TESTS
 
 import autotune
 from autotune.cli import main
-from autotune.machine._machine import detect_machine, usable_cpus
-from autotune.study._study import META, open_study, records
+from autotune.machine import detect_machine, usable_cpus
+from autotune.study import META, open_study, records
 
 DATA = TESTS / "data"
 OLD_STUDY = DATA / "study_v0_1.db"

@@ -20,9 +20,9 @@ import torch
 from torch.utils.data import Dataset, DistributedSampler, IterableDataset, get_worker_info
 
 import autotune
-from autotune.machine._machine import detect_machine
+from autotune.machine import detect_machine
 from autotune.probe import Figures
-from autotune.study._study import RESULT, open_study
+from autotune.study import RESULT, open_study
 
 LOGGER = "autotune.online"
 TINY = {"budget_fraction": 1.0, "window_seconds": 0.0, "windows": 1, "retune": False}

@@ -10,13 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from autotune.result._predict import (
-    LEVEL,
-    LogSpread,
-    pooled_spread,
-    prediction_interval,
-    t_quantile,
-)
+from autotune._noise import LogSpread, pooled_log_spread
+from autotune.result._predict import LEVEL, prediction_interval, t_quantile
 
 
 def test_the_t_quantile_is_students_and_the_normal_beyond_the_table() -> None:
@@ -60,20 +55,20 @@ def test_no_interval_without_a_spread_to_estimate_or_a_logarithm() -> None:
     assert prediction_interval([100.0, 100.0, 100.0]) == pytest.approx((100.0, 100.0))
 
 
-def test_the_pooled_spread_sums_each_groups_deviations_from_its_own_mean() -> None:
+def test_the_pooled_log_spread_sums_each_groups_deviations_from_its_own_mean() -> None:
     # logs 1, 2, 3 (mean 2: squares 2) and 5, 7 (mean 6: squares 2), over 2 + 1 degrees
     e = math.e
-    spread = pooled_spread([[e, e**2, e**3], [e**5, e**7], [e**9], [e, 0.0]])
+    spread = pooled_log_spread([[e, e**2, e**3], [e**5, e**7], [e**9], [e, 0.0]])
     assert spread == LogSpread(sd=pytest.approx(math.sqrt(4 / 3)), degrees=3)
     # A group shifted by a factor adds the same: each is taken about its own mean.
-    assert pooled_spread([[e, e**2, e**3], [100 * e**5, 100 * e**7]]) == spread
+    assert pooled_log_spread([[e, e**2, e**3], [100 * e**5, 100 * e**7]]) == spread
     # A group that adds nothing does not end the pooling either, wherever it stands.
-    assert pooled_spread([[e, 0.0], [e**9], [e, e**2, e**3], [e**5, e**7]]) == spread
-    assert pooled_spread([[5.0], [7.0]]) is None
-    assert pooled_spread([]) is None
+    assert pooled_log_spread([[e, 0.0], [e**9], [e, e**2, e**3], [e**5, e**7]]) == spread
+    assert pooled_log_spread([[5.0], [7.0]]) is None
+    assert pooled_log_spread([]) is None
 
 
-def test_a_pooled_spread_sets_the_width_and_its_degrees_the_t_factor() -> None:
+def test_a_pooled_log_spread_sets_the_width_and_its_degrees_the_t_factor() -> None:
     spread = LogSpread(sd=0.5, degrees=10)
     low, high = prediction_interval([math.e, math.e**3], spread) or (0.0, 0.0)
     half = 2.228 * 0.5 * math.sqrt(1 + 1 / 2)

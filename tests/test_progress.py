@@ -14,7 +14,7 @@ from autotune import LineProgress, LiveProgress, Settings
 from autotune._format import format_duration
 from autotune.probe import Figures, Window
 from autotune.progress._progress import Tracker, make_progress, outcome
-from autotune.study._study import TrialRecord
+from autotune.study import TrialRecord
 
 SETTINGS = Settings(batch_size=8, num_workers=2, prefetch_factor=2, persistent_workers=True)
 

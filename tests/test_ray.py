@@ -20,17 +20,16 @@ from ray.tune.search.optuna.optuna_search import _OptunaTrialSuggestCaptor
 
 from autotune import ConfigError, MissingExtraError, SearchOptions
 from autotune.cli import main
-from autotune.explore import get_backend
-from autotune.explore._backend import ExplorePlan
+from autotune.explore import ExplorePlan, get_backend
 from autotune.explore._ray import RaySession, trial_resources
 from autotune.explore._ray_driver import StudyPruning, TrialBook, failure_of
 from autotune.explore._ray_worker import METRIC, NUMBER_KEY, TIME_ATTR, TrialSpec, on_this_node
-from autotune.machine._machine import Machine, usable_cpus
+from autotune.machine import Machine, usable_cpus
 from autotune.probe import ProbeRequest, WorkloadSource
-from autotune.progress._progress import QuietProgress
-from autotune.settings._settings import Settings
-from autotune.space._space import build_space
-from autotune.study._study import ROLE, open_study
+from autotune.progress import QuietProgress
+from autotune.settings import Settings
+from autotune.space import build_space
+from autotune.study import ROLE, open_study
 
 GPU_NODE = {"CPU": 64.0, "GPU": 8.0}
 CPU_HEAD = {"CPU": 16.0}

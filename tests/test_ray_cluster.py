@@ -8,7 +8,7 @@ from conftest import CHILD_PYTHONPATH, quick
 from ray.cluster_utils import Cluster
 
 import autotune
-from autotune.study._study import BACKEND, NODE
+from autotune.study import BACKEND, NODE
 
 
 def test_a_search_joins_a_cluster_by_address_and_runs_trials_on_every_node(workdir) -> None:

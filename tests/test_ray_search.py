@@ -23,7 +23,7 @@ from optuna.trial import TrialState
 import autotune
 from autotune import WorkloadError
 from autotune.cli import main
-from autotune.study._study import BACKEND, FIGURES, GROUP, NODE, TrialRecord, records
+from autotune.study import BACKEND, FIGURES, GROUP, NODE, TrialRecord, records
 
 CONFIG = """
 from workloads import linear_model, sleepy_dataset

@@ -19,7 +19,7 @@ import autotune
 from autotune import ConfigError, MissingExtraError
 from autotune._format import format_rate
 from autotune.cli import main
-from autotune.study._study import records
+from autotune.study import records
 
 PLOTS = ("ceilings", "timeline", "by_num_workers", "by_batch_size", "wait_share")
 

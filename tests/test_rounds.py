@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from autotune import Settings
+from autotune._noise import half_range
 from autotune.decide._choose import Candidate
 from autotune.decide._rounds import (
     Rounds,
@@ -16,7 +17,6 @@ from autotune.decide._rounds import (
     gather,
     interleaved,
     paired,
-    relative_spread,
     round_by_round,
     round_length,
     round_noise,
@@ -165,8 +165,8 @@ def test_a_drift_within_a_round_cancels_beside_the_default() -> None:
 
 
 def test_the_noise_is_the_spread_of_the_speedups_between_rounds() -> None:
-    assert relative_spread([90, 100, 110]) == pytest.approx(0.1)
-    assert relative_spread([100]) is None
+    assert half_range([90, 100, 110]) == pytest.approx(0.1)
+    assert half_range([100]) is None
     reference = default(100, 200, 100)  # round 2 ran on a faster machine
     finalists = [
         against(reference, workers(1), 110, 220, 110),  # 1.1 in every round: no noise
@@ -186,7 +186,7 @@ def test_configs_are_compared_through_the_default_beside_each() -> None:
     reference = default(500, 750, 1000)
     faster = against(reference, workers(8), 1000, 1500, 2000)
     cheaper = against(reference, workers(2), 900, 1350, 1800)
-    assert relative_spread(faster.rates) == pytest.approx(1 / 3)
+    assert half_range(faster.rates) == pytest.approx(1 / 3)
     assert round_noise([faster, cheaper]) == pytest.approx(0.0)
     assert side_by_side([faster, cheaper], reference) == [
         Candidate(faster.settings, pytest.approx(1500.0)),
@@ -275,9 +275,9 @@ def test_a_config_measured_in_no_round_has_no_typical_round() -> None:
 
 
 def test_the_spread_of_two_rounds_counts_and_small_rates_too() -> None:
-    assert relative_spread([90, 110]) == pytest.approx(0.1)
-    assert relative_spread([0.5, 1.5]) == pytest.approx(0.5)  # a large model: < 1 sample/s
-    assert relative_spread([0, 0]) is None  # nothing measured: no spread, no division by 0
+    assert half_range([90, 110]) == pytest.approx(0.1)
+    assert half_range([0.5, 1.5]) == pytest.approx(0.5)  # a large model: < 1 sample/s
+    assert half_range([0, 0]) is None  # nothing measured: no spread, no division by 0
     assert round_noise([against(default(100, 100), workers(2), 90, 110)]) == pytest.approx(0.1)
 
 

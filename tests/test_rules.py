@@ -10,11 +10,10 @@ import optuna
 import pytest
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.explore import Bounds, ExplorePlan, compute_key
 from autotune.explore import _repeats as repeats
 from autotune.explore import _ruled_out as ruled_out
 from autotune.explore import _rules as rules_module
-from autotune.explore._backend import ExplorePlan
-from autotune.explore._bounds import Bounds, compute_key
 from autotune.explore._early_stop import (
     MAX_REPEATS,
     budget_left,
@@ -58,12 +57,12 @@ from autotune.explore._ruled_out import (
 from autotune.explore._rules import TrialRules
 from autotune.explore._rungs import StudyRungs
 from autotune.explore._trials import enqueue_warm_starts, fixed_trial
-from autotune.machine._machine import Machine
+from autotune.machine import Machine
 from autotune.probe import Failure, Figures, ProbeRequest, ProbeResult, Window, WorkloadSource
-from autotune.progress._progress import QuietProgress
-from autotune.settings._settings import Settings
-from autotune.space._space import Space, build_space
-from autotune.study._study import (
+from autotune.progress import QuietProgress
+from autotune.settings import Settings
+from autotune.space import Space, build_space
+from autotune.study import (
     BACKEND,
     BOUNDED,
     DUPLICATE_OF,
@@ -76,7 +75,7 @@ from autotune.study._study import (
     WARM_START,
     TrialRecord,
 )
-from autotune.workload._options import SearchOptions
+from autotune.workload import SearchOptions
 
 
 def figures(*samples: int) -> Figures:

@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader
 
 import autotune
 from autotune import ConfigError, StudyError
-from autotune.study._study import GROUP, ROLE, records
+from autotune.study import GROUP, ROLE, records
 
 
 def small_search(**options):

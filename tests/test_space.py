@@ -9,7 +9,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 from autotune import Settings, SpaceError
-from autotune.machine._machine import Machine
+from autotune.machine import Machine
 from autotune.space._space import Choices, Fixed, IntRange, build_space
 
 CPU = Machine(cpus=2, cpu_model="test", memory_bytes=8 * 2**30, shm_bytes=2**30, accelerator="cpu")

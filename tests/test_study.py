@@ -15,7 +15,7 @@ from conftest import copy_of
 
 import autotune
 from autotune import StudyError
-from autotune.study._study import (
+from autotune.study import (
     FAILURE,
     OWNER,
     RESULT,

@@ -27,8 +27,8 @@ from autotune.probe._timing import (
     synchronize,
 )
 from autotune.probe._train import batch_length
-from autotune.settings._settings import Settings
-from autotune.workload._workload import Workload
+from autotune.settings import Settings
+from autotune.workload import Workload
 
 
 class FakeAccelerator(types.SimpleNamespace):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from autotune import Machine, Settings
 from autotune.pipeline._search import warm_starts
-from autotune.space._space import build_space
+from autotune.space import build_space
 
 
 def machine(cpus: int, accelerator: str = "cpu") -> Machine:

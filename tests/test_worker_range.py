@@ -11,8 +11,7 @@ from machines import TWO_CPUS
 
 import autotune
 from autotune._format import format_rate
-from autotune.explore import _worker_range
-from autotune.explore._bounds import Bounds, compute_key
+from autotune.explore import Bounds, _worker_range, compute_key
 from autotune.explore._worker_range import (
     GAIN,
     LOADER_BOUND,
@@ -21,9 +20,9 @@ from autotune.explore._worker_range import (
     sweep,
     sweepable,
 )
-from autotune.settings._settings import Settings
-from autotune.space._space import IntRange, build_space
-from autotune.study._study import records
+from autotune.settings import Settings
+from autotune.space import IntRange, build_space
+from autotune.study import records
 
 
 def rates(table: dict[int, float | None]):

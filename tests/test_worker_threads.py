@@ -14,10 +14,10 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from autotune import ConfigError, Settings
+from autotune.decide import cost
 from autotune.decide._ceilings import limit_settings
-from autotune.decide._choose import cost
 from autotune.inloop._climb import ClimbOptions, neighbours
-from autotune.machine._machine import Machine
+from autotune.machine import Machine
 from autotune.settings._worker_threads import WorkerThreads
 from autotune.space._space import Choices, build_space
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import autotune
-from autotune.machine._machine import detect_machine
+from autotune.machine import detect_machine
 
 
 def tuned_result(*, user_batch_size: int | None = None, **settings: Any) -> autotune.SearchResult:

@@ -28,8 +28,9 @@ import optuna
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from autotune._noise import half_range
 from autotune.decide._confirm import _measured
-from autotune.decide._rounds import gather, relative_spread
+from autotune.decide._rounds import gather
 from autotune.settings._settings import Settings
 from autotune.study._study import GROUP, POSITION, SETTINGS
 
@@ -59,14 +60,14 @@ def spreads(study: optuna.Study) -> tuple[list[float], list[float]] | None:
     for rounds in finalists:
         if not rounds.complete:
             continue
-        if (spread := relative_spread(rounds.speedups)) is not None:
+        if (spread := half_range(rounds.speedups)) is not None:
             beside.append(spread)
         ratios = [
             m.samples_per_s / d.samples_per_s
             for m, d in zip(rounds.measurements, last, strict=True)
             if m is not None and d is not None and d.samples_per_s > 0
         ]
-        if (spread := relative_spread(ratios)) is not None:
+        if (spread := half_range(ratios)) is not None:
             end.append(spread)
     return beside, end
 

@@ -1,2 +1,26 @@
 """Deciding: the finalists confirmed, the cheapest within the tolerance chosen, the DDP stage,
 the ceilings measured, and the diagnosis of where the time goes."""
+
+from autotune.decide._ceilings import Ceilings, measure_ceilings
+from autotune.decide._choose import cost
+from autotune.decide._confirm import confirm, explored_candidates, most_confirmed, most_in_runoff
+from autotune.decide._ddp import planned_probes, run_ddp_stage
+from autotune.decide._diagnosis import Diagnosis, diagnose
+from autotune.decide._rounds import round_length
+from autotune.decide._saved import result_of
+
+__all__ = [
+    "Ceilings",
+    "Diagnosis",
+    "confirm",
+    "cost",
+    "diagnose",
+    "explored_candidates",
+    "measure_ceilings",
+    "most_confirmed",
+    "most_in_runoff",
+    "planned_probes",
+    "result_of",
+    "round_length",
+    "run_ddp_stage",
+]

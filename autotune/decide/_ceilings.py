@@ -20,10 +20,10 @@ import dataclasses
 from collections.abc import Hashable, Mapping
 
 from autotune._format import format_rate
-from autotune.explore._bounds import compute_key
+from autotune.explore import compute_key
 from autotune.probe import Figures, Measurement, Mode, ProbeRequest, reference_windows, run_probe
-from autotune.progress._progress import Progress
-from autotune.settings._settings import Settings
+from autotune.progress import Progress
+from autotune.settings import Settings
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

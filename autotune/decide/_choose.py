@@ -17,7 +17,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from itertools import zip_longest
 
-from autotune.settings._settings import Settings
+from autotune.settings import Settings
 
 
 @dataclasses.dataclass(frozen=True)

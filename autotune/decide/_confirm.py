@@ -10,6 +10,7 @@ import dataclasses
 
 import optuna
 
+from autotune._noise import pooled_log_spread
 from autotune.decide._choose import OVERLAP_FACTOR, Candidate, cheapest_within, finalists, merge
 from autotune.decide._rounds import (
     RUNOFF,
@@ -23,43 +24,24 @@ from autotune.decide._rounds import (
     runoff_verdict,
     verdict,
 )
-from autotune.explore import Backend, ExplorePlan
-from autotune.explore._bounds import Bounds
+from autotune.explore import Backend, Bounds, ExplorePlan
 from autotune.probe import Measurement
-from autotune.progress._progress import Progress
-from autotune.result._predict import LogSpread, pooled_spread
-from autotune.settings._settings import Settings
-from autotune.space._space import Space
-from autotune.study._study import GROUP, POSITION, TrialRecord, records
+from autotune.progress import Progress
+from autotune.result import Confirmation
+from autotune.settings import Settings
+from autotune.space import Space
+from autotune.study import GROUP, POSITION, TrialRecord, records
 
 _MEASURED = ("COMPLETE", "PRUNED")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Confirmed:
+class Confirmed(Confirmation):
     """What the confirming rounds measured, and the config chosen."""
 
     winner: Measurement
-    """The chosen config, with the figures of its median round."""
-    finalists: tuple[Measurement, ...]
-    """Each config measured in every round, with its median round's figures (empty when
-    none was: the winner then comes from exploration figures)."""
-    baseline: Measurement | None
-    """The default loader's median round; None when it failed in a round."""
-    confirmed: bool
-    """The winner was measured in every round; False: chosen from exploration alone."""
-    rounds: int = 0
-    noise: float = 0.0
-    """The noise measured between rounds (see :func:`round_noise`)."""
-    rates: tuple[float, ...] = ()
-    """The winner's samples/s in each round."""
-    rates_spread: LogSpread | None = None
-    """The spread of samples/s between rounds, pooled over every config measured in all
-    of them, the default included (see :func:`pooled_spread`)."""
-    speedup_rounds: tuple[float, ...] = ()
-    """winner / default in each round."""
-    is_default: bool = False
-    """No config beat the default loader beyond the noise: it is the recommendation."""
+    """The chosen config, with the figures of its median round (from exploration figures
+    when ``confirmed`` is False)."""
 
 
 def explored_candidates(
@@ -158,7 +140,9 @@ def confirm(
         rounds=rounds,
         noise=noise,
         rates=pick.rates,
-        rates_spread=pooled_spread([r.rates for r in (*finalist_rounds, default) if r.complete]),
+        rates_spread=pooled_log_spread(
+            [r.rates for r in (*finalist_rounds, default) if r.complete]
+        ),
         speedup_rounds=pick.speedups if default.complete else (),
         is_default=pick is default,
     )
@@ -245,8 +229,7 @@ def _finalist_settings(
     ):
         # The finalists are those within twice the tolerance of the best figure, and a
         # pruned trial's figure is its last window: one lucky window of 0.5 s can leave
-        # out the config that held its pace over every window (tiny-model seed 1 at
-        # 2304021: 925 samples/s after one window kept out 868 measured over nine).
+        # out the config that held its pace over every window.
         notes.append(
             f"{steadiest.settings.describe()}: the fastest config exploration measured in "
             "full, confirmed beside the finalists"

@@ -17,20 +17,19 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from torch.nn.parallel import DistributedDataParallel
 
 from autotune._format import format_rate
+from autotune._noise import difference_error
 from autotune.decide._choose import Candidate, cheapest_within
-from autotune.probe import Figures, ProbeRequest, run_probe
-from autotune.probe._placement import Placement
-from autotune.progress._progress import Progress
-from autotune.result._ddp import DdpMeasurement, DdpResult
-from autotune.settings._settings import Settings
-from autotune.workload._options import SearchOptions
+from autotune.probe import Figures, Placement, ProbeRequest, run_probe
+from autotune.progress import Progress
+from autotune.result import DdpMeasurement, DdpResult
+from autotune.settings import Settings
+from autotune.workload import SearchOptions
 
 if TYPE_CHECKING:
     from autotune.probe import Measurement
@@ -113,8 +112,8 @@ def keep_default_unless_faster(
 
 
 def _noise(a: Figures, b: Figures) -> float:
-    """Relative standard error of the difference of two throughputs."""
-    return math.sqrt(sum(f.window_spread**2 / max(1, len(f.windows)) for f in (a, b)))
+    """Relative standard error of the difference of two probes' throughputs."""
+    return difference_error(*((f.window_spread, len(f.windows)) for f in (a, b)))
 
 
 class _Prober:

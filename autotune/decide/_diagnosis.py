@@ -21,8 +21,8 @@ from typing import Any, Literal
 
 from autotune._format import count, format_rate
 from autotune.probe import Figures, Measurement
-from autotune.result._result import SearchResult
-from autotune.settings._settings import Settings
+from autotune.result import SearchResult
+from autotune.settings import Settings
 
 Verdict = Literal["data-bound", "compute-bound"]
 

@@ -1,67 +1,28 @@
 """Confirmation rounds as a measurement: the finalists and the default loader measured
-in interleaved rounds, the default beside the finalists, a median per config, the noise
-between rounds, and the verdict.
+in interleaved rounds, a median per config, the noise between rounds, and the verdict.
 
 Pure functions over the rounds' figures, so the rule is testable alone:
 
 - a round measures the default loader first, last, and after every two finalists
   (:func:`interleaved`: D A B D C E D), and each finalist's speedup in a round is taken
-  against the default measured next to it (:func:`gather`: the geometric mean of the
-  nearest measurements before and after it, one of them adjacent, the other two
-  probes away at most). The machine's speed moves within a round of minutes
-  (large-model, seed 1 at 22babf0: a round's first four configs at 446-491 samples/s,
-  its last three, the default among them, at 351-373), and a ratio between configs
-  measured far apart in a round carried that change into the verdict; beside the
-  default next door, a steady drift leaves at most half a probe's worth of it, and
-  the turning order gives it back in the next round. A default beside every finalist
-  would cancel even that, at one more probe for every two finalists;
-- each config's figure is the median of its rounds; compared with the others, it is the
-  default's median times the median of its speedups (:func:`side_by_side`), so configs
-  measured at different moments of a round are compared through the default measured
-  beside each;
-- the noise is what those speedups show between rounds: for each complete finalist,
-  half the range of its speedups over their median, and the median of that over the
-  finalists;
-- the band is the larger of the tolerance and that noise;
-- the speedup over the default is the median of the per-round speedups; the result
-  prints a prediction interval from them (:mod:`autotune.result._predict`);
-- the default loader wins unless a finalist's speedup is beyond the band, and it was
-  faster in every round (a config that lost one round to the default beside it has not
-  shown that it is faster); among those that do, the cheapest that no other trails by
-  more than the tolerance, round by round (:func:`unbeaten`), is chosen. The speedup
-  judged is the one printed.
+  against the default measured next to it (:func:`gather`), since the machine's speed
+  drifts within a round;
+- each config's figure is the default's median times the median of its speedups
+  (:func:`side_by_side`);
+- the noise is the median, over the complete finalists, of half the range of a
+  finalist's speedups over their median; the band is the larger of the tolerance and it;
+- the default wins unless a finalist's median speedup is beyond the band and it was
+  faster in every round, since being wrong there sells a slowdown; among those that are,
+  the cheapest that no other trails by more than the tolerance, round by round
+  (:func:`unbeaten`), is chosen, since a round's configs share the machine's state and
+  its rounds do not;
+- where the noise is wider than the tolerance, a runoff (:func:`contested`) measures the
+  finalists within that noise of the fastest (up to :data:`RUNOFF`) in more rounds and
+  orders them by the same rule (:func:`runoff_verdict`), since three rounds on shared
+  CPUs cannot tell them apart; whether a finalist beats the default stays the first
+  rounds' verdict.
 
-- a runoff settles what the rounds left open (:func:`contested`): where the noise is
-  wider than the tolerance, the finalists that beat the default within that noise of the
-  fastest (up to :data:`RUNOFF`) are measured in more rounds beside the default, and the
-  cheapest that no other trails by more than the tolerance over all their rounds is
-  chosen (:func:`runoff_verdict`). Whether a finalist beats the default stays the first
-  rounds' verdict: the runoff only orders the configs that did.
-
-Why the band guards the default and the tolerance picks among the finalists: the band
-answers "is it faster at all?", where being wrong sells a slowdown; among configs that
-all beat the default, the cheapest within the noise band gave away up to the band every
-time (tiny-model at 926df22: noise 3-8%, three choices with fewer workers or a smaller
-batch than the leader, 0.88-0.94 of the plain loop's best). Within the noise, the
-fastest median is the better bet for speed; the tolerance still lets a cheaper config
-win where the two measure alike.
-
-Why finalists are compared round by round: a round's configs share the machine's state
-of that round, its rounds do not (the default loader read 738-979 samples/s over six
-rounds of one search). Two configs' medians, each taken over rounds, carry that
-between-round spread into their ratio; the ratio of their speedups within each round
-does not, and its median over the rounds is what decides whether one trails the other
-(png-folder seed 3 at af1cbe0: 2 workers at batch 64 over the same at the user's batch
-32 read 1.53x against 1.52x of the default by medians, within the 3% tolerance, so the
-user's batch was chosen; round by round the batch-64 loader was ahead by a median of
-6.5%, and the plain loop read it 4% ahead).
-
-Why a runoff: three rounds of 2 shared CPUs move a config's figure by 10-30%, so the
-fastest median of three can be the slower config (dict-batches seed 1 at b4d67da chose
-workers=1 at batch 32 over workers=2 at batch 64 on medians 1.41x and 1.33x of the
-default; the plain loop reads the second 13% faster, in 7 of 8 paired rounds). Among the
-few configs still within the noise of each other, more rounds are the only way to tell
-them apart; the others are already decided and cost nothing more.
+The runs behind each rule are in ``docs/decisions.md``.
 """
 
 from __future__ import annotations
@@ -72,9 +33,10 @@ import statistics
 from collections.abc import Sequence
 from itertools import zip_longest
 
+from autotune._noise import half_range
 from autotune.decide._choose import Candidate, cheapest
 from autotune.probe import Measurement
-from autotune.settings._settings import Settings
+from autotune.settings import Settings
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -131,16 +93,6 @@ class Rounds:
         if typical is None:
             raise ValueError(f"{self.settings.describe()} was measured in no round")
         return typical
-
-
-def relative_spread(rates: Sequence[float]) -> float | None:
-    """Half the range of ``rates`` over their median; None for fewer than 2."""
-    if len(rates) < 2:
-        return None
-    middle = statistics.median(rates)
-    if middle <= 0:
-        return None
-    return (max(rates) - min(rates)) / (2 * middle)
 
 
 BESIDE = 2
@@ -220,7 +172,7 @@ def round_noise(finalists: Sequence[Rounds]) -> float:
     spreads = [
         spread
         for rounds in finalists
-        if rounds.complete and (spread := relative_spread(rounds.speedups)) is not None
+        if rounds.complete and (spread := half_range(rounds.speedups)) is not None
     ]
     return statistics.median(spreads) if spreads else 0.0
 

@@ -14,9 +14,9 @@ import optuna
 
 from autotune._errors import StudyError
 from autotune.decide._choose import Candidate, cheapest_within
-from autotune.machine._machine import Machine
-from autotune.result._result import SearchResult
-from autotune.study._study import RESULT, read_meta, records
+from autotune.machine import Machine
+from autotune.result import SearchResult
+from autotune.study import RESULT, read_meta, records
 
 
 def result_of(study: optuna.Study, *, path: Path | None = None) -> SearchResult:

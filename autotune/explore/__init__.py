@@ -4,6 +4,8 @@ and prune the slow ones (embedded Optuna, Ray Tune), and the rules every trial f
 from __future__ import annotations
 
 from autotune.explore._backend import Backend, ExplorePlan
+from autotune.explore._bounds import MAX_COMBINATIONS, READINGS, Bounds, compute_key, measure_bounds
+from autotune.explore._worker_range import WorkerRange, measure_worker_range, sweepable
 
 
 def get_backend(name: str) -> Backend:
@@ -26,4 +28,16 @@ def get_backend(name: str) -> Backend:
     raise ConfigError(f"backend is {name!r}; expected 'optuna' or 'ray'.")
 
 
-__all__ = ["Backend", "ExplorePlan", "get_backend"]
+__all__ = [
+    "MAX_COMBINATIONS",
+    "READINGS",
+    "Backend",
+    "Bounds",
+    "ExplorePlan",
+    "WorkerRange",
+    "compute_key",
+    "get_backend",
+    "measure_bounds",
+    "measure_worker_range",
+    "sweepable",
+]

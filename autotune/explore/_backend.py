@@ -14,12 +14,11 @@ from typing import Protocol
 import optuna
 
 from autotune.explore._bounds import Bounds
-from autotune.probe import Failure, ProbeRequest
-from autotune.probe._placement import Slot
-from autotune.progress._progress import Progress
-from autotune.settings._settings import Settings
-from autotune.space._space import Space
-from autotune.workload._options import SearchOptions
+from autotune.probe import Failure, ProbeRequest, Slot
+from autotune.progress import Progress
+from autotune.settings import Settings
+from autotune.space import Space
+from autotune.workload import SearchOptions
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -29,9 +29,9 @@ import optuna
 
 from autotune._format import format_rate
 from autotune.probe import Figures, ProbeRequest, reference_windows, run_probe
-from autotune.progress._progress import Progress
-from autotune.settings._settings import Settings
-from autotune.space._space import Space
+from autotune.progress import Progress
+from autotune.settings import Settings
+from autotune.space import Space
 
 COMPUTE_CEILINGS = "autotune.compute_ceilings"
 """Study attribute: by :func:`compute_key`, the figures of the highest reading."""
@@ -39,10 +39,8 @@ COMPUTE_READINGS = "autotune.compute_readings"
 """Study attribute: by :func:`compute_key`, the samples/s of every reading taken."""
 READINGS = 2
 """Probe processes that read each compute ceiling. One process may run the model well
-below the next: on a 2-CPU machine, three searches read a text model with two threads
-at 1,909, 2,046 and 2,680 samples/s, each reading's windows within 2% of one another,
-and 30 probes in a row read it at 2,670-2,970 in 26 and at 1,940-2,210 in 4. With one
-reading, the low one ruled out every two-thread config unrun, the best among them."""
+below the next, however steady its own windows, and with one reading a low one rules
+out every config of that combination unrun (the runs: ``docs/decisions.md``)."""
 MAX_COMBINATIONS = 16
 """Above this many (batch size, AMP, threads) combinations, no bounds are measured."""
 NOISE_MARGIN = 0.05

@@ -27,7 +27,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune._format import format_rate
 from autotune.explore._bounds import Bounds
 from autotune.explore._trials import best_record
-from autotune.study._study import BOUNDED, DUPLICATE_OF, ROLE
+from autotune.study import BOUNDED, DUPLICATE_OF, ROLE
 
 MAX_REPEATS = 10
 """Proposals in a row of configs already measured, after which exploration stops."""

@@ -25,8 +25,8 @@ from autotune.explore._objective import Objective, run_fixed
 from autotune.explore._outcome import TrialFailed
 from autotune.explore._rungs import StudyRungs
 from autotune.explore._trials import enqueue_warm_starts, group_attrs
-from autotune.settings._settings import Settings
-from autotune.study._study import quiet_optuna
+from autotune.settings import Settings
+from autotune.study import quiet_optuna
 
 N_STARTUP_TRIALS = 6
 

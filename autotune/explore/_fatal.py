@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 
 from autotune.probe import Failure
-from autotune.study._study import TrialRecord
+from autotune.study import TrialRecord
 
 FATAL_REPEATS = 3
 """Identical failures, with no success, after which a search stops."""

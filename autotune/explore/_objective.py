@@ -17,10 +17,18 @@ from autotune.explore._backend import ExplorePlan
 from autotune.explore._outcome import TrialFailed
 from autotune.explore._rules import TrialRules
 from autotune.explore._trials import fixed_trial
-from autotune.probe import Failure, Figures, ProbeResult, Window, run_probe
-from autotune.probe._placement import PLACEMENT, Slot, SlotPool
-from autotune.settings._settings import Settings
-from autotune.study._study import Heartbeat
+from autotune.probe import (
+    PLACEMENT,
+    Failure,
+    Figures,
+    ProbeResult,
+    Slot,
+    SlotPool,
+    Window,
+    run_probe,
+)
+from autotune.settings import Settings
+from autotune.study import Heartbeat, frozen_trial, id_in_storage
 
 
 class Objective:
@@ -113,7 +121,7 @@ def run_fixed(study: optuna.Study, objective: Objective, attrs: dict[str, Any]) 
     trial = fixed_trial(study, attrs)
     # Outside Study.optimize, so no heartbeat of Optuna's: the trial beats like those.
     with Heartbeat(study) as heartbeat:
-        heartbeat.add(trial._trial_id)
+        heartbeat.add(id_in_storage(trial))
         try:
             value = objective(trial)
         except TrialFailed:
@@ -125,4 +133,4 @@ def run_fixed(study: optuna.Study, objective: Objective, attrs: dict[str, Any]) 
             raise
         else:
             study.tell(trial, value)
-    objective.after(study, study._storage.get_trial(trial._trial_id))
+    objective.after(study, frozen_trial(study, trial))

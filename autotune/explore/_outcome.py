@@ -9,7 +9,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.probe import Failure, ProbeResult
-from autotune.study._study import FAILURE
+from autotune.study import FAILURE
 
 _MAX_TRACEBACK = 20_000
 """Characters of a failure's traceback kept on its trial: the end, where the error is."""

@@ -38,9 +38,9 @@ from autotune._errors import ConfigError, MissingExtraError
 from autotune.explore._backend import ExplorePlan
 from autotune.explore._ray_worker import TrialSpec, run_trial
 from autotune.explore._trials import enqueue_warm_starts, group_attrs
-from autotune.settings._settings import Settings
-from autotune.study._study import quiet_optuna
-from autotune.workload._options import MEMORY_SHARE
+from autotune.settings import Settings
+from autotune.study import quiet_optuna
+from autotune.workload import MEMORY_SHARE
 
 INSTALL = "pip install 'autotune[ray]'"
 
@@ -149,7 +149,7 @@ class RaySession:
         if ray.is_initialized():
             self.description = "the Ray session this process had already started"
         elif address is None:
-            from autotune.machine._machine import usable_cpus
+            from autotune.machine import usable_cpus
 
             # Workers import what this process can import (modules next to the config).
             path = os.pathsep.join(p for p in sys.path if p)
@@ -227,7 +227,7 @@ class RayBackend:
     ) -> list[str]:
         session, resources = self._start(plan)
         # Every round in one Tune run: each run starts its Ray workers and their probe fork
-        # servers anew (about 10 s on 2 CPUs), which a run per round would pay each time.
+        # servers anew (seconds on a small machine), which a run per round would pay each time.
         groups, attrs = [], []
         for number in range(1, rounds + 1):
             group, round_attrs = group_attrs(settings, roles, number)

@@ -50,8 +50,8 @@ from autotune.explore._rules import TrialRules
 from autotune.explore._rungs import StudyRungs
 from autotune.explore._trials import fixed_trial, report_windows
 from autotune.probe import Failure, Figures, ProbeResult, Window
-from autotune.settings._settings import Settings
-from autotune.study._study import NODE, Heartbeat
+from autotune.settings import Settings
+from autotune.study import NODE, Heartbeat, frozen_trial, id_in_storage, storage_of
 
 
 @dataclasses.dataclass
@@ -122,7 +122,7 @@ class TrialBook:
         Ray's wrapper around an ``optuna.Trial`` that captures what it suggests)."""
         role, settings = self.rules.begin(trial)
         self._proposed[trial.number] = _Running(trial=trial.ot_trial, role=role, settings=settings)
-        self.heartbeat.add(trial.ot_trial._trial_id)
+        self.heartbeat.add(id_in_storage(trial.ot_trial))
         return {NUMBER_KEY: trial.number, SETTINGS_KEY: settings.to_dict()}
 
     def settle(self, number: int) -> bool:
@@ -170,7 +170,7 @@ class TrialBook:
         running.reported = windows
         if running.role != "explore":
             return False
-        frozen = self.plan.study._storage.get_trial(running.trial._trial_id)
+        frozen = frozen_trial(self.plan.study, running.trial)
         running.pruned = self.rungs.prune(self.plan.study, frozen)
         return running.pruned
 
@@ -222,7 +222,7 @@ class TrialBook:
 
     def _tell(self, running: _Running, outcome: Outcome) -> None:
         self._proposed.pop(running.trial.number, None)
-        self.heartbeat.discard(running.trial._trial_id)
+        self.heartbeat.discard(id_in_storage(running.trial))
         value = outcome.value if outcome.state == TrialState.COMPLETE else None
         frozen: FrozenTrial = self.plan.study.tell(running.trial, value, state=outcome.state)
         if self.rules.after(self.plan.study, frozen):
@@ -262,7 +262,7 @@ class StudySearch(OptunaSearch):
             mode="max",
             sampler=sampler(book.plan.options.seed),
             study_name=study.study_name,
-            storage=study._storage,  # Optuna has no public accessor; the same RDB storage
+            storage=storage_of(study),  # the same storage as the search's
         )
         self.book = book
 

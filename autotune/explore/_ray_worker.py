@@ -23,7 +23,7 @@ from typing import Any
 import psutil
 
 from autotune.probe import Figures, ProbeRequest, Window, WorkloadSource, run_probe
-from autotune.settings._settings import Settings
+from autotune.settings import Settings
 
 METRIC = "samples_per_s"
 """What Tune's searcher and scheduler maximise: the trial's samples/s so far."""
@@ -95,8 +95,8 @@ def on_this_node(spec: TrialSpec) -> ProbeRequest:
 def _on_ray_gpu(request: ProbeRequest) -> ProbeRequest:
     """The request pinned to the GPU Ray gave this trial (its CUDA_VISIBLE_DEVICES), as a
     one-rank slot: cuda:0 in the probe, watched through NVML by its UUID."""
-    from autotune.machine._gpus import discover
-    from autotune.probe._placement import Slot
+    from autotune.machine import discover
+    from autotune.probe import Slot
 
     gpus = discover().gpus
     if len(gpus) == 1:

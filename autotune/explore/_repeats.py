@@ -18,9 +18,9 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.explore._bounds import Bounds
 from autotune.explore._outcome import Outcome
 from autotune.explore._trials import best_record, enqueue
-from autotune.settings._settings import Settings
-from autotune.space._space import Space
-from autotune.study._study import (
+from autotune.settings import Settings
+from autotune.space import Space
+from autotune.study import (
     BOUNDED,
     DUPLICATE_OF,
     FAILURE,

@@ -23,10 +23,9 @@ from optuna.trial import FrozenTrial
 
 from autotune.explore._bounds import Bounds
 from autotune.explore._trials import best_record
-from autotune.probe import Failure
-from autotune.probe._failure import on_device, shm_shortfall
-from autotune.settings._settings import Settings
-from autotune.study._study import TrialRecord
+from autotune.probe import Failure, on_device, shm_shortfall
+from autotune.settings import Settings
+from autotune.study import TrialRecord
 
 SHM_DIR = "/dev/shm"
 """Where DataLoader workers hand batches over (POSIX shared memory on Linux)."""

@@ -46,9 +46,9 @@ from autotune.explore._ruled_out import (
 )
 from autotune.explore._trials import best_record
 from autotune.probe import Failure, ProbeResult
-from autotune.settings._settings import Settings
-from autotune.space._space import TrialLike
-from autotune.study._study import (
+from autotune.settings import Settings
+from autotune.space import TrialLike
+from autotune.study import (
     BACKEND,
     BOUNDED,
     FIGURES,

@@ -29,11 +29,9 @@ raise the bar.
 One exception: the warm starts (the configs the search tries first, chosen from the
 bounds rather than sampled) are not judged at the first rung, only from the second
 on. Their first window still joins the first rung's values. One window of 0.5 s on a
-shared machine reads 10-50% off its config's rate, and the warm starts are where the
-best config is most often found: compute-bound seed 1 (9e320ec) pruned its warm start
-without workers after one window at 2,248 samples/s, where the model alone had
-measured 3,432, and that config was the plain loop's best. A pruned warm start is a
-region the search will not sample again; a second rung costs two more windows.
+shared machine can read far off its config's rate, the warm starts are where the best
+config is most often found, and a pruned warm start is a region the search will not
+sample again; a second rung costs two more windows (the runs: ``docs/decisions.md``).
 """
 
 from __future__ import annotations
@@ -44,8 +42,8 @@ from collections.abc import Iterable
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.study._study import DUPLICATE_OF, PROPOSED_BY, ROLE, WARM_START
-from autotune.workload._options import SearchOptions
+from autotune.study import DUPLICATE_OF, PROPOSED_BY, ROLE, WARM_START
+from autotune.workload import SearchOptions
 
 
 class StudyRungs(optuna.pruners.BasePruner):
@@ -59,9 +57,7 @@ class StudyRungs(optuna.pruners.BasePruner):
             the defaults 1 and 3) judges nothing, as the trial has run them all. Pruned
             there, a trial measured in full would count as cut short: TPE ranks it below
             every complete trial, and the fastest config measured in full, a finalist,
-            is taken among complete trials (cpu-decode seed 1 at c1fbf4a: its warm start
-            of 2 workers on one thread read 777 samples/s over all 9 windows, "pruned
-            after 9 windows").
+            is taken among complete trials.
     """
 
     def __init__(self, min_windows: int, reduction_factor: int, max_windows: int) -> None:

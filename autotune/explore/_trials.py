@@ -12,8 +12,8 @@ from optuna.trial import TrialState
 
 from autotune.explore._backend import ExplorePlan
 from autotune.probe import Figures
-from autotune.settings._settings import Settings
-from autotune.study._study import (
+from autotune.settings import Settings
+from autotune.study import (
     GROUP,
     OWNER,
     POSITION,
@@ -22,6 +22,7 @@ from autotune.study._study import (
     SETTINGS,
     WARM_START,
     TrialRecord,
+    new_trial,
     owner,
 )
 
@@ -73,9 +74,7 @@ def group_attrs(
 
     Within a round of minutes the machine's speed drifts. In one order every round, the
     configs measured last would get the same share of that drift every time, and a ratio
-    taken within a round would carry it (padded-text seed 2 sped up from 1,596 to 2,273
-    samples/s from a round's first config to its fifth, and the default loader, always
-    last, beat the config measured first). Reversed every other round, a steady drift
+    taken within a round would carry it. Reversed every other round, a steady drift
     favours each config in one round as much as it costs it in the next."""
     group = uuid.uuid4().hex
     attrs = [
@@ -95,5 +94,4 @@ def fixed_trial(study: optuna.Study, attrs: dict[str, Any]) -> optuna.Trial:
     template = optuna.trial.create_trial(
         state=TrialState.RUNNING, user_attrs={**attrs, OWNER: owner()}
     )
-    trial_id = study._storage.create_new_trial(study._study_id, template_trial=template)
-    return optuna.Trial(study, trial_id)
+    return new_trial(study, template)

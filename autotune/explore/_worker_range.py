@@ -4,8 +4,8 @@ The default space stops at 4 workers per CPU (:func:`default_max_workers`), whic
 is right while loading costs CPU: past the cores, more workers only contend. A
 loader that waits on something else (storage, the network, a stream that hands
 out records at its own pace) gains from every worker it is given, until the model
-is the bottleneck. On 2 CPUs such a loader is held at 8 workers to half of what
-16 would give.
+is the bottleneck, so on few CPUs the default bound can hold it to half of what
+twice the workers would give.
 
 So before exploring, the loader alone (probe mode "data": batches fetched and
 dropped) is measured at the space's upper bound. While it delivers less than the
@@ -28,9 +28,9 @@ import optuna
 from autotune._format import format_rate
 from autotune.explore._bounds import Bounds
 from autotune.probe import ProbeRequest, reference_windows, run_probe
-from autotune.progress._progress import Progress
-from autotune.settings._settings import Settings
-from autotune.space._space import IntRange, Space
+from autotune.progress import Progress
+from autotune.settings import Settings
+from autotune.space import IntRange, Space
 
 WORKER_RANGE = "autotune.worker_range"
 """Study attribute: the loader-alone rates by worker count and the bound they set."""
@@ -73,13 +73,10 @@ class WorkerRange:
         There the largest batch size among the model configs whose ceiling is over
         1/:data:`LOADER_BOUND` times the loader's best (with the AMP and threads of its
         highest ceiling), since their ceilings differ by the noise of a few short
-        windows (cpu-decode at 71766cc: 3,000-3,710 samples/s across batch 16-64, the
-        loader alone 858), and at equal speed a larger batch spends less CPU per sample
-        on each step's fixed work and each batch's hand-off from a worker, CPU the
-        workers need. The plain loop's best lay at the largest batch of the space on
-        cpu-decode, hdf5-chunked, dict-batches, many-small-files and tiny-model, each a
-        loader the sweep found below the model's ceiling. The starts at the user's own
-        batch size stay (see ``warm_starts``)."""
+        windows, and at equal speed a larger batch spends less CPU per sample on each
+        step's fixed work and each batch's hand-off from a worker, CPU the workers need
+        (the runs: ``docs/decisions.md``). The starts at the user's own batch size stay
+        (see ``warm_starts``)."""
         fastest = bounds.fastest_model()
         if fastest is None or not self.rates:
             return fastest

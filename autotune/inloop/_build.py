@@ -19,9 +19,7 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 from autotune.inloop._order import RemainingBatches
-from autotune.settings._allocator import fix_allocator
-from autotune.settings._settings import Settings
-from autotune.settings._worker_threads import worker_init
+from autotune.settings import Settings, fix_allocator, worker_init
 
 
 @dataclasses.dataclass(frozen=True)

@@ -30,9 +30,10 @@ import statistics
 from collections.abc import Sequence
 
 from autotune._format import format_rate
-from autotune.decide._choose import cost
+from autotune._noise import window_spread
+from autotune.decide import cost
 from autotune.probe import Window
-from autotune.settings._settings import TORCH_PREFETCH, Settings
+from autotune.settings import TORCH_PREFETCH, Settings
 
 IDLE_WAIT = 0.03
 """A start without workers whose steps wait less than this share for data ends the
@@ -75,16 +76,9 @@ class ClimbOptions:
     """Whether pinned memory may be tried (only when training on CUDA)."""
 
 
-def spread(rates: Sequence[float]) -> float:
-    """Relative spread of a config's window rates (stdev / mean); 0 with fewer than two."""
-    if len(rates) < 2 or statistics.fmean(rates) <= 0:
-        return 0.0
-    return statistics.stdev(rates) / statistics.fmean(rates)
-
-
 def noise(current: Sequence[float], candidate: Sequence[float], tolerance: float) -> float:
     """The relative difference two configs' medians must exceed to count."""
-    return max(tolerance, spread(current), spread(candidate))
+    return max(tolerance, window_spread(current), window_spread(candidate))
 
 
 def keeps(

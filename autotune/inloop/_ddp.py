@@ -19,8 +19,8 @@ from collections.abc import Mapping
 import torch
 import torch.distributed as dist
 
-from autotune.machine._machine import usable_cpus
-from autotune.settings._settings import Settings
+from autotune.machine import usable_cpus
+from autotune.settings import Settings
 
 SYNC_STEPS = 8
 """Steps between two meetings of the ranks during a climb (one tiny all-reduce)."""

@@ -24,7 +24,7 @@ from autotune.inloop._build import Data, Loaders
 from autotune.inloop._climb import without_persistence
 from autotune.inloop._order import EpochOrder, epoch_length
 from autotune.inloop._tuner import Tuner
-from autotune.settings._settings import Settings
+from autotune.settings import Settings
 
 
 class OnlineLoader:

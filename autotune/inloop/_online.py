@@ -25,8 +25,8 @@ from autotune.inloop._order import epoch_length
 from autotune.inloop._record import check_recordable
 from autotune.inloop._start import StudySource, start_settings
 from autotune.inloop._tuner import Tuner, TunerOptions
-from autotune.machine._machine import usable_cpus
-from autotune.space._space import default_max_workers
+from autotune.machine import usable_cpus
+from autotune.space import default_max_workers
 
 LOG = logging.getLogger("autotune.online")
 LATENCY_WORKERS = 16

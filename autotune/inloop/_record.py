@@ -18,11 +18,11 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune._errors import StudyError
-from autotune.machine._machine import Machine
+from autotune.machine import Machine
 from autotune.probe import Figures, Measurement, Window
-from autotune.result._result import SearchResult
-from autotune.settings._settings import Settings
-from autotune.study._study import (
+from autotune.result import SearchResult
+from autotune.settings import Settings
+from autotune.study import (
     BACKEND,
     FIGURES,
     META,

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from autotune._errors import ConfigError
-from autotune.decide._saved import result_of
-from autotune.result._result import SearchResult
-from autotune.settings._settings import Settings
-from autotune.study._study import RESULT, open_study, resolve
+from autotune.decide import result_of
+from autotune.result import SearchResult
+from autotune.settings import Settings
+from autotune.study import RESULT, open_study, resolve
 
 StudySource = str | Path | SearchResult
 """A study file (or name), settings exported as JSON, or a SearchResult."""

@@ -29,11 +29,10 @@ from autotune.inloop._clock import WARM_UP, StepClock
 from autotune.inloop._ddp import SYNC_STEPS, Ranks
 from autotune.inloop._record import Choice, measurements, record_choice
 from autotune.inloop._watch import Watch
-from autotune.machine._machine import detect_machine
+from autotune.machine import detect_machine
 from autotune.probe import Figures, Measurement, Window
-from autotune.result._result import SearchResult
-from autotune.settings._allocator import fix_allocator
-from autotune.settings._settings import Settings
+from autotune.result import SearchResult
+from autotune.settings import Settings, fix_allocator
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

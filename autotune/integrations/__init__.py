@@ -10,3 +10,5 @@ import the module for yours explicitly::
 Importing one without its framework raises :class:`autotune.MissingExtraError`,
 saying what to install.
 """
+
+__all__: list[str] = []  # each framework's module (hf, lightning) is imported by name

@@ -10,8 +10,8 @@ from typing import Any, TypeAlias
 import optuna
 
 from autotune._errors import MissingExtraError
-from autotune.output._load import load
-from autotune.result._result import SearchResult
+from autotune.output import load
+from autotune.result import SearchResult
 
 ResultSource: TypeAlias = SearchResult | str | Path | optuna.Study
 """A search's result, or where it was saved: a study file or name, or exported JSON."""

@@ -29,9 +29,9 @@ from typing import Any
 from autotune._errors import ConfigError
 from autotune.integrations._common import MakeLoader, ResultSource, as_result, missing_extra
 from autotune.integrations._hf_probe import TrainerLoss, TrainerOptimizer
-from autotune.pipeline._search import search
-from autotune.probe._runner import preload_in_probes
-from autotune.result._result import SearchResult
+from autotune.pipeline import search
+from autotune.probe import preload_in_probes
+from autotune.result import SearchResult
 
 try:
     # accelerate too: Trainer needs it, and saying so now beats failing at the first Trainer.

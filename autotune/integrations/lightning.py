@@ -27,9 +27,8 @@ import warnings
 from typing import Any
 
 from autotune.integrations._common import ResultSource, as_result, missing_extra
-from autotune.probe._runner import preload_in_probes
-from autotune.settings._settings import AmpMode
-from autotune.settings._worker_threads import worker_init
+from autotune.probe import preload_in_probes
+from autotune.settings import AmpMode, worker_init
 
 _PACKAGES = ("pytorch_lightning", "lightning")
 """Lightning's two packages: either takes the keywords made here."""

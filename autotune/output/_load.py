@@ -8,10 +8,10 @@ from pathlib import Path
 import optuna
 
 from autotune._errors import FingerprintWarning
-from autotune.decide._saved import result_of
-from autotune.machine._machine import detect_machine
-from autotune.result._result import SearchResult
-from autotune.study._study import open_study, resolve
+from autotune.decide import result_of
+from autotune.machine import detect_machine
+from autotune.result import SearchResult
+from autotune.study import open_study, resolve
 
 __all__ = ["load", "result_of", "warn_if_moved"]
 

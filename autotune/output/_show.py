@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from autotune._format import format_rate
-from autotune.decide._diagnosis import Diagnosis
+from autotune.decide import Diagnosis
 from autotune.probe import Figures
-from autotune.result._result import SearchResult
-from autotune.study._study import TrialRecord
+from autotune.result import SearchResult
+from autotune.study import TrialRecord
 
 
 def _mib(value: int | None) -> str:

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from autotune._format import format_duration
-from autotune.decide._confirm import most_confirmed, most_in_runoff
-from autotune.explore._bounds import MAX_COMBINATIONS, READINGS
+from autotune.decide import most_confirmed, most_in_runoff
+from autotune.explore import MAX_COMBINATIONS, READINGS
 from autotune.pipeline._setup import Setup, inputs, prepare
 from autotune.probe import reference_windows
-from autotune.workload._options import SearchOptions
+from autotune.workload import SearchOptions
 
 PROBE_START_S = 1.0
 """About what a probe costs before its first batch: its process and the first batches."""

@@ -15,31 +15,47 @@ import psutil
 
 from autotune._errors import StudyError, WorkloadError
 from autotune._format import format_rate
-from autotune.decide._ceilings import Ceilings, measure_ceilings
-from autotune.decide._confirm import confirm, explored_candidates
-from autotune.decide._ddp import planned_probes, run_ddp_stage
-from autotune.decide._rounds import round_length
-from autotune.explore import Backend, ExplorePlan, get_backend
-from autotune.explore._bounds import Bounds, measure_bounds
-from autotune.explore._worker_range import WorkerRange, measure_worker_range, sweepable
-from autotune.machine._machine import Machine
+from autotune.decide import (
+    Ceilings,
+    confirm,
+    explored_candidates,
+    measure_ceilings,
+    planned_probes,
+    round_length,
+    run_ddp_stage,
+)
+from autotune.explore import (
+    Backend,
+    Bounds,
+    ExplorePlan,
+    WorkerRange,
+    get_backend,
+    measure_bounds,
+    measure_worker_range,
+    sweepable,
+)
+from autotune.machine import Machine
 from autotune.pipeline._setup import inputs, prepare
-from autotune.probe import Failure, ProbeRequest, WorkloadSource, run_probe
-from autotune.probe._runner import refuse_while_bootstrapping
-from autotune.progress._progress import Progress, QuietProgress
-from autotune.result._ddp import DdpResult
-from autotune.result._result import SearchResult
-from autotune.settings._settings import Settings
-from autotune.space._space import Space, default_max_workers
-from autotune.study._fingerprint import check_same_workload, study_meta
-from autotune.study._study import (
+from autotune.probe import (
+    Failure,
+    ProbeRequest,
+    WorkloadSource,
+    refuse_while_bootstrapping,
+    run_probe,
+)
+from autotune.progress import Progress, QuietProgress
+from autotune.result import DdpResult, SearchResult
+from autotune.settings import Settings
+from autotune.space import Space, default_max_workers
+from autotune.study import (
     META,
     RESULT,
+    check_same_workload,
     open_study,
     read_meta,
+    study_meta,
 )
-from autotune.workload._options import MEMORY_SHARE, SearchOptions
-from autotune.workload._workload import Workload
+from autotune.workload import MEMORY_SHARE, SearchOptions, Workload
 
 _CEILING_PROBES = 5
 """At most: compute and data of the winner and of the default loader, and the loader limit."""
@@ -262,26 +278,18 @@ def _run_stages(
         figures=winner.figures,
         device=device,
         machine=machine,
-        baseline=confirmed.baseline,
-        finalists=confirmed.finalists,
         ceilings=ceilings.winner,
         baseline_ceilings=ceilings.baseline,
         loader_limit=ceilings.loader_limit,
         tolerance=options.tolerance,
-        confirmed=confirmed.confirmed,
-        rounds=confirmed.rounds,
-        noise=confirmed.noise,
         user_batch_size=workload.batch_size,
         space=space.to_dict(),
-        rates=confirmed.rates,
-        rates_spread=confirmed.rates_spread,
-        speedup_rounds=confirmed.speedup_rounds,
-        is_default=confirmed.is_default,
         workload=info,
         study_path=str(path),
         study_name=study.study_name,
         collate_fn=workload.collate_fn,
         ddp=ddp,
+        **confirmed.confirmation(),
     )
     study.set_user_attr(RESULT, result.to_dict())
     progress.phase("done", _summary(result))
@@ -326,14 +334,10 @@ def warm_starts(
     workers the training has the CPUs to itself, and ceilings of two thread counts are
     often within each other's noise, so the one measured fastest may not be.
 
-    The loader's best is there because exploration prunes on single windows of a
-    noisy machine: on tiny-model (926df22) the loader alone peaked at 8-16 workers on 2
-    CPUs, the plain loop's best trained there on one thread, and the searches, which
-    sampled that region once or twice, chose 2-5 workers. A worker per CPU on the fewest
+    The loader's best is there because exploration prunes on single windows of a noisy
+    machine and may sample that region too seldom; a worker per CPU on the fewest
     threads lies between the loader's best and the split, where neither of them nor the
-    rule of thumb measures it: it was the plain loop's best on cpu-decode (d6d36d4: the
-    seed that never tried it chose 0.915 of it), tiny-model (9042e2f) and dict-batches
-    (2304021)."""
+    rule of thumb measures it (the runs: ``docs/decisions.md``)."""
     share = cpus or machine.cpus
     threads = [t for t in space.threads.values() if isinstance(t, int)]
     rule_of_thumb = Settings(

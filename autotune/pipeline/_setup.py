@@ -11,14 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from autotune._errors import ConfigError, SpaceError
-from autotune.machine._gpus import discover
-from autotune.machine._machine import Machine, detect_machine, usable_cpus
-from autotune.machine._topology import read_topology
-from autotune.probe._placement import Placement, plan_placement
-from autotune.space._space import Space, build_space
-from autotune.study._study import resolve
-from autotune.workload._options import SearchOptions
-from autotune.workload._workload import Workload, ensure_picklable, load_config
+from autotune.machine import Machine, detect_machine, discover, read_topology, usable_cpus
+from autotune.probe import Placement, plan_placement
+from autotune.space import Space, build_space
+from autotune.study import resolve
+from autotune.workload import SearchOptions, Workload, ensure_picklable, load_config
 
 
 @dataclasses.dataclass(frozen=True)

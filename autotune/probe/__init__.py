@@ -1,5 +1,7 @@
 """The probe: one short real training run of one config, in its own process."""
 
+from autotune.probe._failure import on_device, shm_shortfall
+from autotune.probe._placement import PLACEMENT, Placement, Slot, SlotPool, plan_placement
 from autotune.probe._protocol import (
     Failure,
     Figures,
@@ -11,18 +13,32 @@ from autotune.probe._protocol import (
     WorkloadSource,
     reference_windows,
 )
-from autotune.probe._runner import OnWindow, run_probe
+from autotune.probe._runner import (
+    OnWindow,
+    preload_in_probes,
+    refuse_while_bootstrapping,
+    run_probe,
+)
 
 __all__ = [
+    "PLACEMENT",
     "Failure",
     "Figures",
     "Measurement",
     "Mode",
     "OnWindow",
+    "Placement",
     "ProbeRequest",
     "ProbeResult",
+    "Slot",
+    "SlotPool",
     "Window",
     "WorkloadSource",
+    "on_device",
+    "plan_placement",
+    "preload_in_probes",
     "reference_windows",
+    "refuse_while_bootstrapping",
     "run_probe",
+    "shm_shortfall",
 ]

@@ -19,8 +19,8 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from autotune.probe._protocol import WorkloadSource
 from autotune.probe._train import ContractError, PieceError, batch_length, blame
-from autotune.settings._allocator import fix_allocator
-from autotune.workload._workload import Workload, load_config
+from autotune.settings import fix_allocator
+from autotune.workload import Workload, load_config
 
 
 def materialize(source: WorkloadSource) -> Workload:

@@ -59,9 +59,8 @@ from autotune.probe._train import (
     describe_batch,
     to_device,
 )
-from autotune.settings._allocator import fix_allocator
-from autotune.settings._loader import build_loader, is_iterable_dataset
-from autotune.workload._workload import Workload
+from autotune.settings import build_loader, fix_allocator, is_iterable_dataset
+from autotune.workload import Workload
 
 _HELD_BATCHES = (2, 8)
 """Batches a compute probe holds in memory and trains on in turn: at least, at most."""

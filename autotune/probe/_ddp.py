@@ -53,7 +53,7 @@ from autotune.probe._measure import Heartbeat, Send, Tally, Warmth, beat_seconds
 from autotune.probe._protocol import DdpSpec, Failure, ProbeRequest, Window
 from autotune.probe._timing import synchronize
 from autotune.probe._train import PieceError, Trainer, to_device
-from autotune.settings._loader import build_loader, is_iterable_dataset
+from autotune.settings import build_loader, is_iterable_dataset
 
 _LOOPBACK = "127.0.0.1"
 _POLL_SECONDS = 0.1

@@ -145,8 +145,8 @@ class SoloPace:
     a turn), and the batches the workers load while starting (``queued``) wait for the
     training at once. So the warm-up lasts ``warmup_seconds`` and trains through more
     than ``queued`` batches, and a window ends after ``window_seconds`` on a whole turn:
-    a short span that holds one burst more or less than its share reads a loader of 16
-    workers on 2 CPUs several times too fast or too slow.
+    a short span that holds one burst more or less than its share reads a loader of
+    many workers on few CPUs several times too fast or too slow.
     """
 
     def __init__(

@@ -21,10 +21,17 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from autotune._errors import ConfigError
-from autotune.machine._gpus import Discovery, Gpu, GpuSpec, parse_spec, select
-from autotune.machine._topology import FLAT, CpuTopology, format_cpulist
-from autotune.probe import ProbeRequest
-from autotune.probe._protocol import DdpSpec, RankPlace
+from autotune.machine import (
+    FLAT,
+    CpuTopology,
+    Discovery,
+    Gpu,
+    GpuSpec,
+    format_cpulist,
+    parse_spec,
+    select,
+)
+from autotune.probe._protocol import DdpSpec, ProbeRequest, RankPlace
 
 _VISIBLE = "CUDA_VISIBLE_DEVICES"
 PLACEMENT = "autotune.placement"

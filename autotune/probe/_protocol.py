@@ -10,8 +10,9 @@ import dataclasses
 import statistics
 from typing import Any, Literal
 
-from autotune.machine._monitor import MonitorFigures
-from autotune.settings._settings import Settings
+from autotune import _noise
+from autotune.machine import MonitorFigures
+from autotune.settings import Settings
 
 Mode = Literal["train", "compute", "data", "check", "ddp"]
 """train: the real loader and model; compute: the model on batches held in memory
@@ -213,10 +214,7 @@ class Figures:
     @property
     def window_spread(self) -> float:
         """Relative spread of the windows' throughputs (stdev / mean): the noise."""
-        rates = [w.samples_per_s for w in self.windows]
-        if len(rates) < 2 or statistics.fmean(rates) == 0:
-            return 0.0
-        return statistics.stdev(rates) / statistics.fmean(rates)
+        return _noise.window_spread([w.samples_per_s for w in self.windows])
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -22,7 +22,7 @@ from typing import Any
 import psutil
 
 from autotune._errors import ConfigError
-from autotune.machine._monitor import Monitor
+from autotune.machine import Monitor
 from autotune.probe._child import child_main
 from autotune.probe._failure import SHM_HINT, describe_exit, oom_kills
 from autotune.probe._preload import cuda_safe
@@ -98,10 +98,8 @@ class TreeWatch:
     time no sooner than their last read's own cost allows: at most
     :data:`PEAK_SHARE` of a core for the peak (and no more often than every
     :data:`PSS_SECONDS`), :data:`LIMIT_SHARE` over the limit; the list of
-    descendants every :data:`TREE_SECONDS`. Read every 0.2 s, the proportional sizes
-    and the tree took 2.5% of a core per process of the probe, 13% with 4 workers;
-    read every second with 32 workers (120 ms a read), they held the probe at 0.74
-    and 0.91 of a plain loop in two runs, where the probe without the watch read 1.01.
+    descendants every :data:`TREE_SECONDS`. Read at a fixed interval instead, the
+    watch slowed the probe it measured (the runs: ``docs/decisions.md``).
     """
 
     def __init__(

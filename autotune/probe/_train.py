@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autotune.settings._settings import AmpMode
-from autotune.workload._workload import Workload
+from autotune.settings import AmpMode
+from autotune.workload import Workload
 
 
 class ContractError(TypeError):

@@ -20,8 +20,8 @@ from typing import IO, Protocol
 
 from autotune._format import format_duration, format_rate
 from autotune.probe import Window
-from autotune.settings._settings import Settings
-from autotune.study._study import TrialRecord
+from autotune.settings import Settings
+from autotune.study import TrialRecord
 
 
 class Progress(Protocol):

@@ -9,8 +9,7 @@ from typing import Any
 from autotune._format import format_rate
 from autotune.probe import Failure, Figures
 from autotune.result._launch import accumulation_steps, ddp_code, lr_note, torchrun_line
-from autotune.settings._allocator import AllocatorState
-from autotune.settings._settings import Settings
+from autotune.settings import AllocatorState, Settings
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -9,14 +9,14 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
-from autotune.machine._topology import format_cpulist
-from autotune.settings._allocator import (
+from autotune.machine import format_cpulist
+from autotune.settings import (
     AllocatorState,
+    Settings,
     calls_autotune,
     code_lines,
     launch_words,
 )
-from autotune.settings._settings import Settings
 
 SCRIPT = "train.py"
 """Stands for the user's training script in the torchrun line."""

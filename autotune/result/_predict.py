@@ -4,8 +4,7 @@
 The range of the rounds is not that. A fourth measurement of the same config lies
 between the lowest and the highest of three earlier ones with probability 1/2 (of
 n + 1 exchangeable draws, the new one is the lowest or the highest with probability
-2 / (n + 1)); judged against a plain training loop run afterwards, that range held
-the loop's figure for 36 of 72 choices in the benchmark's results.
+2 / (n + 1)).
 
 The interval is Student's prediction interval on the logarithm of the figures
 (throughputs and their ratios vary by a factor, not by an amount, and stay positive):
@@ -14,24 +13,21 @@ t factor is 4.30, so 3 rounds that disagree give a wide interval: that is what 3
 rounds tell. More rounds (``--rounds``) narrow it.
 
 Three rounds of one config also estimate its spread poorly: three that happen to agree
-give a narrow interval that the next measurement misses (numpy-memmap, seed 2 at
-9ec8c1d: rounds of 13,567, 13,257 and 13,679 samples/s, a printed 12,451-14,636, and
-the plain loop read 16,426). Every config of the confirming rounds is measured on the same
-machine in the same rounds, so the spread of the samples/s interval is pooled over all
-of them (:func:`pooled_spread`): the deviations of each config's logarithms from their
-own mean, over the degrees of freedom of all configs together (with 6 configs in 3
-rounds, 12 instead of 2, and a t factor of 2.18 instead of 4.30). Replayed on the
-confirming rounds of 18 searches kept in logs and judged by the plain-loop checker,
-the pooled interval held the checker's figure for 17, the config's own for 16, and the
-pooled one was narrower (a median ratio of its ends of 1.55 against 2.45).
+give a narrow interval that the next measurement misses. Every config of the confirming
+rounds is measured on the same machine in the same rounds, so the spread of the
+samples/s interval is pooled over all of them (:func:`pooled_log_spread`): the deviations of
+each config's logarithms from their own mean, over the degrees of freedom of all configs
+together (with 6 configs in 3 rounds, 12 instead of 2, and a t factor of 2.18 instead of
+4.30). How these intervals held against a plain loop: ``docs/decisions.md``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+
+from autotune._noise import LogSpread, pooled_log_spread
 
 LEVEL = 0.95
 """The probability the interval is built to hold the next measurement."""
@@ -59,51 +55,13 @@ def t_quantile(degrees: int) -> float:
     return _T_975[degrees - 1] if degrees <= len(_T_975) else _Z_975
 
 
-@dataclasses.dataclass(frozen=True)
-class LogSpread:
-    """A spread estimated on the logarithms of figures: their standard deviation and the
-    degrees of freedom behind it."""
-
-    sd: float
-    degrees: int
-
-    def to_dict(self) -> dict[str, float | int]:
-        return {"sd": self.sd, "degrees": self.degrees}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, float | int]) -> LogSpread:
-        return cls(sd=float(data["sd"]), degrees=int(data["degrees"]))
-
-
-def pooled_spread(groups: Sequence[Sequence[float]]) -> LogSpread | None:
-    """The spread of ``groups`` of figures (each group one config's rounds) pooled over
-    the groups: the squared deviations of each group's logarithms from their own mean,
-    summed, over the sum of each group's count less one.
-
-    Groups of fewer than 2 figures, or with a figure that is not positive, add nothing;
-    None when no group adds a degree of freedom.
-    """
-    squares = 0.0
-    degrees = 0
-    for group in groups:
-        if len(group) < 2 or any(v <= 0 for v in group):
-            continue
-        logs = [math.log(v) for v in group]
-        centre = statistics.fmean(logs)
-        squares += sum((x - centre) ** 2 for x in logs)
-        degrees += len(logs) - 1
-    if degrees == 0:
-        return None
-    return LogSpread(sd=math.sqrt(squares / degrees), degrees=degrees)
-
-
 def prediction_interval(
     values: Sequence[float], spread: LogSpread | None = None
 ) -> tuple[float, float] | None:
     """Where the next measurement of the same figure lies with probability ``LEVEL``,
     from ``values`` measured alike: Student's prediction interval on their logarithms,
     centred on their mean, with ``spread`` (pooled over configs measured alongside, see
-    :func:`pooled_spread`) or else the values' own.
+    :func:`pooled_log_spread`) or else the values' own.
 
     None for fewer than 2 values (1 with a spread) or any value that is not positive (no
     spread to estimate, or no logarithm).
@@ -111,7 +69,7 @@ def prediction_interval(
     if not values or any(v <= 0 for v in values):
         return None
     if spread is None:
-        spread = pooled_spread([values])  # the values' own: None for a single one
+        spread = pooled_log_spread([values])  # the values' own: None for a single one
         if spread is None:
             return None
     logs = [math.log(v) for v in values]

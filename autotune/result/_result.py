@@ -15,12 +15,14 @@ from typing import Any
 
 from autotune._errors import ConfigError, StudyError
 from autotune._format import format_rate
-from autotune.machine._machine import Machine
+from autotune._noise import LogSpread
+from autotune.machine import Machine
 from autotune.probe import Figures, Measurement
+from autotune.result._confirmation import Confirmation
 from autotune.result._ddp import DdpResult
 from autotune.result._launch import accumulation_steps, lr_note
-from autotune.result._predict import LEVEL, LogSpread, prediction_interval
-from autotune.settings._settings import Settings
+from autotune.result._predict import LEVEL, prediction_interval
+from autotune.settings import Settings
 
 EXPORT_FORMAT = 1
 _PREDICTED = f"{LEVEL:.0%} prediction"
@@ -28,8 +30,9 @@ _PREDICTED = f"{LEVEL:.0%} prediction"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class SearchResult:
-    """What a search chose, and the measurements behind the choice."""
+class SearchResult(Confirmation):
+    """What a search chose, and the measurements behind the choice (the confirming
+    rounds' among them, see :class:`Confirmation`)."""
 
     settings: Settings
     """The chosen config."""
@@ -38,10 +41,6 @@ class SearchResult:
     device: str
     machine: Machine
     """The machine it was tuned on."""
-    baseline: Measurement | None = None
-    """The default DataLoader (num_workers=0, the config's batch size), measured alongside."""
-    finalists: tuple[Measurement, ...] = ()
-    """Every config re-measured before choosing, the winner among them."""
     ceilings: dict[str, Figures] = dataclasses.field(default_factory=dict)
     """"compute": the model on batches held in memory; "data": the winner's loader alone."""
     baseline_ceilings: dict[str, Figures] = dataclasses.field(default_factory=dict)
@@ -50,26 +49,6 @@ class SearchResult:
     """The winner's loader alone with the most workers the default space tries (4 per CPU,
     at most 32): about the most any worker count gets out of this dataset here."""
     tolerance: float = 0.0
-    confirmed: bool = True
-    """True when the chosen config was measured again in every confirming round; False
-    when it was chosen from exploration figures alone (the search did not reach its
-    confirming rounds, or every config failed in them)."""
-    rounds: int = 0
-    """Interleaved confirming rounds (0: a study from before rounds were counted)."""
-    noise: float = 0.0
-    """The noise measured between the rounds (half the range over the median, the median
-    over configs): a config beats the default loader only by more than max(tolerance,
-    noise)."""
-    rates: tuple[float, ...] = ()
-    """The chosen config's samples/s in each round."""
-    rates_spread: LogSpread | None = None
-    """The spread of samples/s between the rounds, pooled over every config measured in
-    all of them (None: a study from before it was kept; the interval then takes the
-    chosen config's own rounds)."""
-    speedup_rounds: tuple[float, ...] = ()
-    """Chosen / default in each round, both measured side by side."""
-    is_default: bool = False
-    """No config beat the default DataLoader beyond the noise: it is the recommendation."""
     user_batch_size: int | None = None
     """The batch size the user trains with today (the default loader's)."""
     space: dict[str, Any] = dataclasses.field(default_factory=dict)

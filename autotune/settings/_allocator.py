@@ -3,13 +3,10 @@
 glibc's ``malloc`` gives the freed top of its heap back to the system once it passes a
 trim threshold, and it moves that threshold (with the mmap threshold) as the process
 runs. A training loop that frees a batch's tensors and allocates the next batch's can
-fall into taking its memory back from the system every step, zeroed page by page:
-on a 2-core machine, a plain loop at batch 64 of a small in-memory dataset took 1,141
-minor page faults a step under glibc's rule and none with the thresholds fixed, and ran
-1.38x faster fixed. Whether a process falls into it depends on what it allocated and
-freed before: the same config read 0.78x-1.19x the default in processes built
-differently (``benchmarks/results/allocator-state-2026-11-28.txt``). So a measurement
-under glibc's rule says as much about the process as about the config.
+fall into taking its memory back from the system every step, zeroed page by page, and
+whether a process falls into it depends on what it allocated and freed before. So a
+measurement under glibc's rule says as much about the process as about the config (the
+runs: ``docs/decisions.md``).
 
 :func:`fix_allocator` sets both thresholds to what glibc itself reaches at most (mmap
 32 MiB, trim twice that): the heap keeps freed memory, and the thresholds no longer

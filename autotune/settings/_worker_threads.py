@@ -3,11 +3,10 @@
 torch sets its own intra-op threads to 1 in a DataLoader worker, but the other
 native pools a dataset may call are left alone: numpy's OpenBLAS (or MKL), and the
 OpenMP runtimes of other libraries, each start one thread per core, in every worker.
-With several workers on a few cores those threads fight for the cores: on a 2-core
-machine, a dataset that multiplies a small matrix per sample (``power @ bands``)
-loaded at 260-400 samples/s with 2 workers as is, and at 1,260-1,310 with each
-worker's pools capped at one thread (0 workers: 770). ``threadpoolctl`` finds and
-caps those pools, whichever libraries the worker has loaded.
+With several workers on a few cores those threads fight for the cores, and a dataset
+that calls them can load several times slower with workers than without (the runs:
+``docs/decisions.md``). ``threadpoolctl`` finds and caps those pools at one thread a
+worker, whichever libraries the worker has loaded.
 """
 
 from __future__ import annotations

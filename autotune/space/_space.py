@@ -13,8 +13,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol, TypeAlias
 
 from autotune._errors import SpaceError
-from autotune.machine._machine import Machine
-from autotune.settings._settings import AMP_MODES, TORCH_PREFETCH, WORKER_THREADS, Settings
+from autotune.machine import Machine
+from autotune.settings import AMP_MODES, TORCH_PREFETCH, WORKER_THREADS, Settings
 
 KNOBS = (
     "num_workers",

@@ -9,12 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from autotune._errors import StudyError
-from autotune.machine._machine import Machine
-from autotune.probe._placement import Placement
-from autotune.space._space import Space
+from autotune.machine import Machine
+from autotune.probe import Placement
+from autotune.space import Space
 from autotune.study._study import STUDY_FORMAT
-from autotune.workload._options import SearchOptions
-from autotune.workload._workload import Workload
+from autotune.workload import SearchOptions, Workload
 
 _WORKLOAD_IDENTITY = ("dataset_type", "dataset_length", "model_type", "parameters")
 _PLACEMENT_IDENTITY = ("device_type", "ranks", "rank_cpus", "gpus")

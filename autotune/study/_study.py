@@ -39,7 +39,13 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune._errors import StudyError
 from autotune.probe import Failure, Figures, Measurement
-from autotune.settings._settings import Settings
+from autotune.settings import Settings
+from autotune.study._optuna_private import (
+    StaleFilteringStorage,
+    backing_storage,
+    id_in_storage,
+    storage_of,
+)
 
 STUDY_FORMAT = 1
 META = "autotune"
@@ -136,7 +142,7 @@ def _check_file(path: Path) -> None:
         )
 
 
-class _Storage(optuna.storages.RDBStorage):
+class _Storage(StaleFilteringStorage):
     """Optuna's RDB storage with its trial-state check-and-set made atomic across threads
     and processes: SQLite ignores ``SELECT ... FOR UPDATE``, so two trials running in
     parallel threads, or two searches on one study, could otherwise both pop the same
@@ -163,14 +169,13 @@ class _Storage(optuna.storages.RDBStorage):
         super().__setstate__(state)
         self._state_lock = threading.Lock()
 
-    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+    def keep_stale(self, trial_ids: list[int]) -> list[int]:
         """Optuna's stale trials (RUNNING, no heartbeat for the grace period), less those
         whose search process is alive on this machine (late, not gone: stopped with
         Ctrl-Z, or starved of CPU), each told first why it is about to fail: Optuna fails
-        them (in ``Study.optimize``, before each trial) without saying why, and a
-        finished trial takes no more attributes."""
+        them without saying why, and a finished trial takes no more attributes."""
         stale = []
-        for trial_id in super()._get_stale_trial_ids(study_id):
+        for trial_id in trial_ids:
             grace = self.grace_period or 2 * (self.heartbeat_interval or 0)  # Optuna's default
             if _note_abandoned(self, self.get_trial(trial_id), grace=grace):
                 stale.append(trial_id)
@@ -461,7 +466,7 @@ def _note_abandoned(
     if failure is None:
         return False
     try:
-        storage.set_trial_user_attr(trial._trial_id, FAILURE, failure.to_dict())
+        storage.set_trial_user_attr(id_in_storage(trial), FAILURE, failure.to_dict())
     except UpdateFinishedTrialError:
         return False  # another search ended it first
     return True
@@ -469,7 +474,7 @@ def _note_abandoned(
 
 def _beating(study: optuna.Study) -> _Storage | None:
     """The study's storage if it keeps heartbeats (one autotune opened), else None."""
-    storage = getattr(study._storage, "_backend", study._storage)  # behind Optuna's cache
+    storage = backing_storage(study)
     return storage if isinstance(storage, _Storage) and storage.heartbeat_interval else None
 
 
@@ -484,15 +489,15 @@ def fail_abandoned(study: optuna.Study) -> list[int]:
     trials it runs, see :class:`Heartbeat`). Trials of a search still running (another
     process on the same study) are left alone. Returns the numbers of the trials failed.
     """
-    storage = study._storage
+    storage = storage_of(study)
     beating = _beating(study)
-    stale = set(beating._get_stale_trial_ids(study._study_id)) if beating else set()  # noted
+    stale = set(beating.stale_trial_ids(study)) if beating else set()  # noted
     failed = []
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if trial._trial_id not in stale and not _note_abandoned(storage, trial, grace=None):
+        if id_in_storage(trial) not in stale and not _note_abandoned(storage, trial, grace=None):
             continue
         try:
-            storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
+            storage.set_trial_state_values(id_in_storage(trial), state=TrialState.FAIL)
         except UpdateFinishedTrialError:
             continue  # another search failed it first
         failed.append(trial.number)

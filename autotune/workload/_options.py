@@ -171,7 +171,7 @@ class SearchOptions:
         """The ranks and the GPUs the search runs on."""
         if self.ranks is not None and not _is_count(self.ranks):
             raise ConfigError(f"search option ranks is {self.ranks!r}; expected an integer >= 1.")
-        from autotune.machine._gpus import parse_spec
+        from autotune.machine import parse_spec
 
         parse_spec(self.gpus)
 

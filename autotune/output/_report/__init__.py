@@ -15,7 +15,7 @@ import optuna
 
 from autotune._errors import ConfigError
 from autotune.output._report._data import ReportData, gather
-from autotune.study._study import open_study, resolve
+from autotune.study import open_study, resolve
 
 Format = Literal["html", "md"]
 FORMATS: tuple[Format, ...] = ("html", "md")

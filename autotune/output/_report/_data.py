@@ -12,10 +12,10 @@ import optuna
 
 from autotune._errors import StudyError
 from autotune._format import format_rate
-from autotune.decide._diagnosis import Diagnosis, diagnose
+from autotune.decide import Diagnosis, diagnose
 from autotune.output._load import result_of
-from autotune.result._result import SearchResult
-from autotune.study._study import TrialRecord, read_meta
+from autotune.result import SearchResult
+from autotune.study import TrialRecord, read_meta
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

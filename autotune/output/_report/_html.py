@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from html import escape
 
 from autotune._format import format_rate, sentence
-from autotune.decide._diagnosis import Diagnosis
+from autotune.decide import Diagnosis
 from autotune.output._report._data import TRIAL_COLUMNS, ReportData, trial_row
 from autotune.output._report._plots import Plot
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from autotune._format import format_rate, sentence
-from autotune.decide._diagnosis import Diagnosis
+from autotune.decide import Diagnosis
 from autotune.output._report._data import TRIAL_COLUMNS, ReportData, trial_row
-from autotune.result._result import SearchResult
+from autotune.result import SearchResult
 
 
 def _cell(text: str) -> str:

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from autotune._errors import MissingExtraError
 from autotune._format import format_rate
 from autotune.output._report._data import ReportData, TrialPoint
-from autotune.settings._settings import Settings
-from autotune.study._study import TrialRecord
+from autotune.settings import Settings
+from autotune.study import TrialRecord
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
