@@ -1,0 +1,47 @@
+"""One simulated device per process, made where it is first used.
+
+A probe child (spawned or forked from a forkserver), a checker's measurement (forked
+from a zygote), each DDP rank and each DataLoader worker is a process of its own, as
+each holds its own CUDA context: a device made in a parent is never the child's. So the
+device is looked up by process id, and made anew in a process that has none yet.
+"""
+
+from __future__ import annotations
+
+import os
+
+from benchmarks.simdevice._device import SimDevice
+from benchmarks.simdevice._spec import DeviceSpec
+
+_device: SimDevice | None = None
+_owner: int | None = None
+
+
+def process_device(spec: DeviceSpec) -> SimDevice:
+    """This process's device, made from ``spec`` at the first call in this process.
+
+    Raises:
+        ValueError: this process already has a device of another spec (one process,
+            one device, as one CUDA device per rank).
+    """
+    global _device, _owner
+    if _device is None or _owner != os.getpid():
+        _device, _owner = SimDevice(spec), os.getpid()
+    elif _device.spec != spec:
+        raise ValueError(
+            f"this process already has a simulated device of {_device.spec}; asked for "
+            f"{spec}. Give every model of one process the same DeviceSpec."
+        )
+    return _device
+
+
+def current_device() -> SimDevice | None:
+    """This process's device, or None where no model has used one here."""
+    return _device if _device is not None and _owner == os.getpid() else None
+
+
+def synchronize_current() -> None:
+    """Wait for this process's device, if it has one (a no-op otherwise)."""
+    device = current_device()
+    if device is not None:
+        device.synchronize()
