@@ -177,7 +177,8 @@ def test_a_forked_process_gets_a_device_of_its_own() -> None:
     assert current_device() is not None and current_device().kernels >= 1
 
 
-def test_one_process_holds_one_device_spec() -> None:
-    process_device(DeviceSpec(launch_s=0.001, sample_s=0.0))
-    with pytest.raises(ValueError, match="same DeviceSpec"):
-        process_device(DeviceSpec(launch_s=0.002, sample_s=0.0))
+def test_a_model_of_another_spec_gets_a_new_device_and_the_same_spec_the_same() -> None:
+    first = process_device(DeviceSpec(launch_s=0.001, sample_s=0.0))
+    assert process_device(DeviceSpec(launch_s=0.001, sample_s=0.0)) is first
+    second = process_device(DeviceSpec(launch_s=0.002, sample_s=0.0))
+    assert second is not first and current_device() is second
