@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any, cast
 from autotune import Settings
 from autotune.settings._settings import TORCH_PREFETCH, WORKER_THREADS
 from benchmarks._agreement import Searched, run_search, study_folder
+from benchmarks._device_limits import data_ceiling
+from benchmarks._generalise_device import assess_device, on_device
 from benchmarks._generalise_rounds import (
     FINAL_ROUNDS,
     LEADERS,
@@ -346,8 +348,10 @@ def run_workload(
         say,
     )
     measurements = [
-        _measurement(p, rates, errors)
-        for p, rates, errors in zip(planned, measured.rates, measured.errors, strict=True)
+        _measurement(p, rates, errors, devices)
+        for p, rates, errors, devices in zip(
+            planned, measured.rates, measured.errors, measured.devices, strict=True
+        )
     ]
     section: dict[str, Any] = {
         "name": workload.name,
@@ -367,6 +371,9 @@ def run_workload(
             "mean_measurement_s": sum(measured.walls) / len(measured.walls),
         },
     }
+    if on_device(measurements):
+        section["data_ceiling"] = data_ceiling(workload.config, first.user_batch)
+        say(f"data ceiling with every CPU: {section['data_ceiling']:,.0f} samples/s")
     judged = judge_again(section, workload.config, options, say)
     judged["wall_s"] = time.perf_counter() - began
     return judged
@@ -404,14 +411,24 @@ def judge_again(
             cpus=section["cpus"],
         )
     )
+    judged.update(assess_device(measurements, section["searches"], section.get("data_ceiling")))
     for verdict in judged["verdicts"]:
         say(Verdict(**verdict).line())
+    if "simulated_device" in judged:
+        say(Verdict(**judged["simulated_device"]["verdict"]).line())
     return judged
 
 
-def _measurement(planned: Planned, rates: list[float | None], errors: list[str]) -> dict[str, Any]:
+def _measurement(
+    planned: Planned,
+    rates: list[float | None],
+    errors: list[str],
+    devices: Sequence[Mapping[str, Any] | None] = (),
+) -> dict[str, Any]:
     middle, half_range = summary(rates)
+    device = {"device_readings": list(devices)} if any(devices) else {}
     return {
+        **device,
         "settings": planned.settings.to_dict(),
         "describe": planned.settings.describe(),
         "default": planned.default,

@@ -18,9 +18,12 @@ from benchmarks.simdevice._device import SimDevice
 from benchmarks.simdevice._model import SimulatedModel
 from benchmarks.simdevice._process import current_device, process_device, synchronize_current
 from benchmarks.simdevice._spec import MODES, DeviceSpec, Mode
+from benchmarks.simdevice._watch import BusyWatch, DeviceReading
 
 __all__ = [
     "MODES",
+    "BusyWatch",
+    "DeviceReading",
     "DeviceSpec",
     "Mode",
     "SimDevice",
