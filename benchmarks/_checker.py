@@ -150,13 +150,28 @@ def measure_answer(
         device=device,
         seed=seed,
     )
+    # A config trained on several DDP ranks is measured on as many processes.
+    ranks = config_ranks(plan.config)
     answer = run_measurement(
-        "benchmarks._checker",
+        "benchmarks._checker_ddp" if ranks > 1 else "benchmarks._checker",
         dataclasses.asdict(plan),
         limit=STARTUP_ALLOWANCE_S + warmup + seconds,
         what=f"{Path(config_path).name} {settings.describe()}",
     )
     return {"device": None, **answer}
+
+
+def config_ranks(config: str | Path) -> int:
+    """The DDP ranks a config's ``search`` names (1 where it names none), as its user
+    launches it with ``torchrun --nproc-per-node``.
+
+    Raises:
+        ValueError: ``search["ranks"]`` is not an integer >= 1.
+    """
+    ranks = load_config(config).search.get("ranks") or 1
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+        raise ValueError(f"{config}: search['ranks'] is {ranks!r}; expected an integer >= 1.")
+    return ranks
 
 
 def measure_interleaved(

@@ -260,6 +260,15 @@ SIMULATED: tuple[BenchWorkload, ...] = (
         must_beat_baselines=False,
         in_default_run=False,
     ),
+    BenchWorkload(
+        name="sim-ddp",
+        config=WORKLOADS_DIR / "sim_ddp.py",
+        summary="numpy-augmented images; two DDP ranks, each with its own simulated "
+        "accelerator, loading on shared CPUs",
+        grid=_cpu_decode,
+        must_beat_baselines=False,
+        in_default_run=False,
+    ),
 )
 """The workloads on the simulated accelerator (:mod:`benchmarks.simdevice`): run by name,
 with --workloads all, and by the agreement check."""

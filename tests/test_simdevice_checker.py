@@ -66,6 +66,28 @@ def test_the_checker_reads_the_simulated_device_over_the_timed_part(tmp_path) ->
     assert reading["utilisation"] == pytest.approx(reading["busy_s"] / reading["wall_s"])
 
 
+def test_a_config_on_two_ranks_is_measured_on_two_processes_each_with_its_device(
+    tmp_path,
+) -> None:
+    config = _config(tmp_path, SIM_CONFIG + '\nsearch = {"ranks": 2}\n')
+    assert _checker.config_ranks(config) == 2
+    answer = _checker.measure_answer(config, Settings(batch_size=8), steps=6, warmup=0.0)
+    assert answer["samples_per_s"] > 0
+    reading = answer["device"]
+    assert reading["ceiling"] == pytest.approx(2 * SPEC.ceiling(8, amp=False))  # two devices
+    # Each rank's device ran 6 timed steps of its own: its busy time, not both ranks'.
+    assert reading["busy_s"] == pytest.approx(6 * SPEC.step_seconds(8, amp=False))
+    assert 0 < reading["utilisation"] <= 1.0 + 1e-6
+
+
+def test_a_config_naming_no_ranks_trains_on_one_and_a_bad_count_is_refused(tmp_path) -> None:
+    assert _checker.config_ranks(_config(tmp_path, PLAIN_CONFIG)) == 1
+    bad = tmp_path / "bad.py"
+    bad.write_text(PLAIN_CONFIG + '\nsearch = {"ranks": "two"}\n')
+    with pytest.raises(ValueError, match="expected an integer >= 1"):
+        _checker.config_ranks(bad)
+
+
 def test_the_checker_reads_no_device_off_the_simulated_one(tmp_path) -> None:
     config = _config(tmp_path, PLAIN_CONFIG)
     answer = _checker.measure_answer(config, Settings(batch_size=8), seconds=0.2, warmup=0.0)
