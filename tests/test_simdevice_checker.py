@@ -178,3 +178,29 @@ def test_the_report_prints_every_configs_rate_busy_share_and_distance_to_the_lim
     assert "| workers=2 batch=32 | 500 | 0.500 | 1,000 | 800 | 0.625 |" in text
     assert "FAIL choice keeps the device busy" in text  # 0.5 of a possible 0.8
     assert device_lines({}) == []
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_no_probe_window_reads_the_device_faster_than_it_runs(tmp_path, mode: str) -> None:
+    """The probe times a CPU device's windows with no synchronize at their edges: a window
+    can count at most the queue's depth of kernels the device has not yet run
+    (:mod:`benchmarks.simdevice._device`), so no window exceeds the ceiling by more."""
+    from autotune.probe import ProbeRequest, WorkloadSource, run_probe
+
+    spec = DeviceSpec(launch_s=0.01, sample_s=0.0, mode=mode)  # type: ignore[arg-type]
+    config = _config(tmp_path, SIM_CONFIG.replace(repr(SPEC), repr(spec)))
+    window = 0.3
+    request = ProbeRequest(
+        source=WorkloadSource(config_path=str(config)),
+        settings=Settings(batch_size=8),
+        device="cpu",
+        window_seconds=window,
+        max_windows=3,
+        warmup_seconds=0.1,
+        stall_timeout=120.0,
+    )
+    result = run_probe(request)
+    assert result.ok, result.failure
+    slack = 1 + spec.queue_depth * spec.step_seconds(8, amp=False) / window
+    for found in result.figures.windows:
+        assert found.samples / found.seconds <= spec.ceiling(8, amp=False) * slack
