@@ -84,6 +84,17 @@ def test_busy_time_is_what_was_launched_once_it_has_run() -> None:
     assert (device.kernels, device.samples) == (4, 36)
 
 
+def test_the_samples_ahead_are_those_launched_and_not_yet_trained() -> None:
+    device, clock = fake_device(DeviceSpec(launch_s=0.0, sample_s=0.001, queue_depth=3))
+    for _ in range(3):
+        device.launch(10, amp=False)  # 10 ms each
+    assert device.samples_ahead() == pytest.approx(30)
+    clock.t = 0.015  # the first trained, the second half-way
+    assert device.samples_ahead() == pytest.approx(15)
+    device.synchronize()
+    assert device.samples_ahead() == 0
+
+
 def test_a_launch_into_a_full_queue_waits_for_the_oldest_kernel() -> None:
     device, clock = fake_device(DeviceSpec(launch_s=0.01, sample_s=0.0, queue_depth=2))
     device.launch(1, amp=False)

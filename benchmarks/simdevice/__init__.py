@@ -16,7 +16,12 @@ plain loop reads its utilisation as ``nvidia-smi`` would.
 
 from benchmarks.simdevice._device import SimDevice
 from benchmarks.simdevice._model import SimulatedModel
-from benchmarks.simdevice._process import current_device, process_device, synchronize_current
+from benchmarks.simdevice._process import (
+    current_device,
+    process_device,
+    samples_ahead,
+    synchronize_current,
+)
 from benchmarks.simdevice._spec import MODES, DeviceSpec, Mode
 from benchmarks.simdevice._watch import BusyWatch, DeviceReading
 
@@ -30,5 +35,6 @@ __all__ = [
     "SimulatedModel",
     "current_device",
     "process_device",
+    "samples_ahead",
     "synchronize_current",
 ]

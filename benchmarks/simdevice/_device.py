@@ -46,7 +46,7 @@ class SimDevice:
         self.clock = clock
         self.sleep = sleep
         self._lock = threading.Lock()
-        self._pending: collections.deque[tuple[float, float]] = collections.deque()
+        self._pending: collections.deque[tuple[float, float, int]] = collections.deque()
         self._free_at = 0.0
         self._launched_s = 0.0
         self._kernels = 0
@@ -66,7 +66,7 @@ class SimDevice:
                 now = self._retire(self.clock())
             start = max(now, self._free_at)
             self._free_at = start + seconds
-            self._pending.append((start, self._free_at))
+            self._pending.append((start, self._free_at, samples))
             self._launched_s += seconds
             self._kernels += 1
             self._samples += samples
@@ -84,8 +84,20 @@ class SimDevice:
         still to run."""
         with self._lock:
             now = self.clock()
-            ahead = sum(max(0.0, end - max(start, now)) for start, end in self._pending)
+            ahead = sum(max(0.0, end - max(start, now)) for start, end, _ in self._pending)
             return self._launched_s - ahead
+
+    def samples_ahead(self) -> float:
+        """Samples launched that the device has not trained yet, a running kernel's
+        counted by the share of it still to run: what a host count of samples trained
+        is ahead of the device's."""
+        with self._lock:
+            now = self.clock()
+            return sum(
+                samples * min(1.0, (end - max(start, now)) / (end - start))
+                for start, end, samples in self._pending
+                if end > now and end > start
+            )
 
     @property
     def launched_seconds(self) -> float:

@@ -33,6 +33,13 @@ def current_device() -> SimDevice | None:
     return _device if _device is not None and _owner == os.getpid() else None
 
 
+def samples_ahead() -> float:
+    """Samples this process launched that its device has not yet trained (0 without a
+    device): what a host count of samples is ahead of the device's."""
+    device = current_device()
+    return device.samples_ahead() if device is not None else 0.0
+
+
 def synchronize_current() -> None:
     """Wait for this process's device, if it has one (a no-op otherwise)."""
     device = current_device()
