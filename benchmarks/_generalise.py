@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, cast
 from autotune import Settings
 from autotune.settings._settings import TORCH_PREFETCH, WORKER_THREADS
 from benchmarks._agreement import Searched, run_search, study_folder
+from benchmarks._checker import CheckerError
 from benchmarks._device_limits import data_ceiling
 from benchmarks._generalise_device import assess_device, on_device
 from benchmarks._generalise_rounds import (
@@ -372,8 +373,11 @@ def run_workload(
         },
     }
     if on_device(measurements):
-        section["data_ceiling"] = data_ceiling(workload.config, first.user_batch)
-        say(f"data ceiling with every CPU: {section['data_ceiling']:,.0f} samples/s")
+        try:
+            section["data_ceiling"] = data_ceiling(workload.config, first.user_batch)
+            say(f"data ceiling with every CPU: {section['data_ceiling']:,.0f} samples/s")
+        except CheckerError as error:  # the device's target goes unjudged, the rest stands
+            say(f"data ceiling: FAILED: {error}")
     judged = judge_again(section, workload.config, options, say)
     judged["wall_s"] = time.perf_counter() - began
     return judged
@@ -426,9 +430,9 @@ def _measurement(
     devices: Sequence[Mapping[str, Any] | None] = (),
 ) -> dict[str, Any]:
     middle, half_range = summary(rates)
-    device = {"device_readings": list(devices)} if any(devices) else {}
+    readings = {"device_readings": list(devices)} if any(devices) else {}
     return {
-        **device,
+        **readings,
         "settings": planned.settings.to_dict(),
         "describe": planned.settings.describe(),
         "default": planned.default,

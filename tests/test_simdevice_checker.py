@@ -204,3 +204,47 @@ def test_no_probe_window_reads_the_device_faster_than_it_runs(tmp_path, mode: st
     slack = 1 + spec.queue_depth * spec.step_seconds(8, amp=False) / window
     for found in result.figures.windows:
         assert found.samples / found.seconds <= spec.ceiling(8, amp=False) * slack
+
+
+def test_a_simulated_workload_is_judged_on_the_devices_busy_share_end_to_end(
+    monkeypatch, tmp_path
+) -> None:
+    """generalise on a sim workload, with the searches, the plain loop and the data
+    ceiling faked: each measurement's reading reaches the section, and the busy target
+    and its table are judged and written."""
+    import itertools
+
+    from test_generalise import MACHINE, result
+
+    import autotune
+    from benchmarks import _generalise
+    from benchmarks._generalise import GeneraliseOptions, run_workload
+    from benchmarks._generalise_report import markdown
+    from benchmarks._workloads import find
+
+    chosen = Settings(batch_size=64, num_workers=2, prefetch_factor=2, threads=1)
+
+    def search(config: Path, **options: Any) -> Any:
+        return result(chosen, (900.0, 950.0, 1000.0))
+
+    def measure(config: Path, settings: Settings, **options: Any) -> float:
+        busy = 0.97 if settings.num_workers else 0.5
+        options["readings"].append({"utilisation": busy, "ceiling": 1000.0})
+        return 1000.0 * busy
+
+    ticks = itertools.count()
+    monkeypatch.setattr(autotune, "search", search)
+    monkeypatch.setattr(_generalise_rounds, "measure", measure)
+    monkeypatch.setattr(
+        _generalise_rounds, "time", types.SimpleNamespace(perf_counter=ticks.__next__)
+    )
+    monkeypatch.setattr(_generalise, "data_ceiling", lambda config, batch: 5000.0)
+    options = GeneraliseOptions(seeds=1, rounds=3, final_rounds=3, study_dir=tmp_path)
+    section = run_workload(find(["sim-device-bound"])[0], options, MACHINE, lambda line: None)
+    device = section["simulated_device"]
+    assert device["data_ceiling"] == 5000.0
+    assert device["verdict"]["passed"] and device["choices"][0]["utilisation"] == 0.97
+    assert {c["limit"] for c in device["configs"]} == {1000.0}
+    assert "| workers=2 prefetch=2 persistent=no batch=64 threads=1 | 970 | 0.970 |" in markdown(
+        section
+    )
