@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import multiprocessing
+import queue
 import sys
 import tempfile
 import time
@@ -47,6 +48,8 @@ from benchmarks.simdevice import BusyWatch
 
 RANK_LIMIT_S = 600.0
 """How long the launcher waits for a rank's answer before it gives up."""
+ERROR_GRACE_S = 3.0
+"""How long after a rank's error the launcher waits for the other ranks' errors."""
 
 
 def run_ranks(plan: Plan, ranks: int) -> dict[str, Any]:
@@ -55,7 +58,7 @@ def run_ranks(plan: Plan, ranks: int) -> dict[str, Any]:
     on a simulated accelerator, else None).
 
     Raises:
-        RuntimeError: a rank failed or sent no answer.
+        RuntimeError: a rank failed, died or sent no answer.
     """
     context = multiprocessing.get_context("fork")
     answers = context.Queue()
@@ -67,12 +70,9 @@ def run_ranks(plan: Plan, ranks: int) -> dict[str, Any]:
         ]
         for process in processes:
             process.start()
-        found = [answers.get(timeout=RANK_LIMIT_S) for _ in processes]
+        found = _collect(answers, processes)
         for process in processes:
             process.join(timeout=30)
-    failed = [a["error"] for a in found if "error" in a]
-    if failed:
-        raise RuntimeError(f"a rank failed: {failed[0]}")
     seconds = max(a["seconds"] for a in found)
     readings = [a["device"] for a in found if a["device"]]
     device = None
@@ -83,6 +83,45 @@ def run_ranks(plan: Plan, ranks: int) -> dict[str, Any]:
         }
         device["ceiling"] = sum(r["ceiling"] for r in readings)  # every rank's device
     return {"samples_per_s": sum(a["samples"] for a in found) / seconds, "device": device}
+
+
+def _collect(answers: Any, processes: list[Any]) -> list[dict[str, Any]]:
+    """Every rank's answer; raises RuntimeError at the first rank that failed or died
+    without one (its peers would wait for it in a collective), or when none came in
+    :data:`RANK_LIMIT_S`."""
+    found: list[dict[str, Any]] = []
+    deadline = time.monotonic() + RANK_LIMIT_S
+    while len(found) < len(processes):
+        try:
+            answer = answers.get(timeout=1.0)
+        except queue.Empty:
+            answer = None
+        if answer is not None:
+            if "error" in answer:  # its peers wait for it, or fail after it
+                raise RuntimeError(f"a rank failed: {_errors(answer, answers)}")
+            found.append(answer)
+            continue
+        dead = [p.exitcode for p in processes if p.exitcode not in (None, 0)]
+        if dead or time.monotonic() > deadline:
+            why = f"exited with {dead[0]}" if dead else f"sent nothing in {RANK_LIMIT_S:g} s"
+            raise RuntimeError(f"a rank {why} before it answered")
+    return found
+
+
+def _errors(first: dict[str, Any], answers: Any) -> str:
+    """The first rank's error and those of the ranks that answer within
+    :data:`ERROR_GRACE_S` after it (a rank that fails first may fail because its peer
+    did: both are said)."""
+    errors = [first["error"]]
+    deadline = time.monotonic() + ERROR_GRACE_S
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            answer = answers.get(timeout=left)
+        except queue.Empty:
+            break
+        if "error" in answer:
+            errors.append(answer["error"])
+    return "; ".join(sorted(errors))
 
 
 def _rank_main(plan: Plan, rank: int, ranks: int, store: str, answers: Any) -> None:

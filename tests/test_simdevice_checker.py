@@ -80,6 +80,19 @@ def test_a_config_on_two_ranks_is_measured_on_two_processes_each_with_its_device
     assert 0 < reading["utilisation"] <= 1.0 + 1e-6
 
 
+def test_a_rank_that_fails_fails_the_measurement_with_its_error(tmp_path) -> None:
+    failing = SIM_CONFIG.replace(
+        "def model():\n",
+        "def model():\n"
+        "    import torch.distributed as dist\n"
+        "    if dist.get_rank() == 1:\n"
+        "        raise RuntimeError('no model on rank 1')\n",
+    )
+    config = _config(tmp_path, failing + '\nsearch = {"ranks": 2}\n')
+    with pytest.raises(_checker.CheckerError, match="rank 1: RuntimeError: no model on rank 1"):
+        _checker.measure(config, Settings(batch_size=8), steps=4, warmup=0.0)
+
+
 def test_a_config_naming_no_ranks_trains_on_one_and_a_bad_count_is_refused(tmp_path) -> None:
     assert _checker.config_ranks(_config(tmp_path, PLAIN_CONFIG)) == 1
     bad = tmp_path / "bad.py"
