@@ -47,6 +47,7 @@ from torch import nn
 from autotune.settings._settings import Settings
 from autotune.workload._workload import Workload, load_config
 from benchmarks.common._zygote import Zygote, ZygoteError
+from benchmarks.simdevice import BusyWatch, samples_ahead, synchronize_current
 
 ROOT = Path(__file__).resolve().parents[2]
 STARTUP_ALLOWANCE_S = 300.0
@@ -104,8 +105,39 @@ def measure(
     steps: int | None = None,
     device: str | None = None,
     seed: int = 0,
+    readings: list[dict[str, Any]] | None = None,
 ) -> float:
     """Time one config in a new process; returns samples/s.
+
+    Args:
+        readings: where given, a simulated accelerator's reading over the timed part is
+            appended to it (see :func:`measure_answer`); nothing on another device.
+
+    Raises:
+        CheckerError: the measurement failed or did not finish in time.
+    """
+    answer = measure_answer(
+        config_path, settings, seconds=seconds, warmup=warmup, steps=steps, device=device, seed=seed
+    )
+    if readings is not None and answer["device"]:
+        readings.append(answer["device"])
+    rate: float = answer["samples_per_s"]
+    return rate
+
+
+def measure_answer(
+    config_path: str | Path,
+    settings: Settings,
+    *,
+    seconds: float = 1.5,
+    warmup: float = 0.5,
+    steps: int | None = None,
+    device: str | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Time one config in a new process; returns its ``samples_per_s`` and, on a
+    simulated accelerator (:mod:`benchmarks.simdevice`), its ``device`` reading over the
+    timed part (``busy_s``, ``wall_s``, ``utilisation``, ``ceiling``), else None.
 
     Raises:
         CheckerError: the measurement failed or did not finish in time.
@@ -119,14 +151,28 @@ def measure(
         device=device,
         seed=seed,
     )
+    # A config trained on several DDP ranks is measured on as many processes.
+    ranks = config_ranks(plan.config)
     answer = run_measurement(
-        "benchmarks.common._checker",
+        "benchmarks.common._checker_ddp" if ranks > 1 else "benchmarks.common._checker",
         dataclasses.asdict(plan),
         limit=STARTUP_ALLOWANCE_S + warmup + seconds,
         what=f"{Path(config_path).name} {settings.describe()}",
     )
-    rate: float = answer["samples_per_s"]
-    return rate
+    return {"device": None, **answer}
+
+
+def config_ranks(config: str | Path) -> int:
+    """The DDP ranks a config's ``search`` names (1 where it names none), as its user
+    launches it with ``torchrun --nproc-per-node``.
+
+    Raises:
+        ValueError: ``search["ranks"]`` is not an integer >= 1.
+    """
+    ranks = load_config(config).search.get("ranks") or 1
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+        raise ValueError(f"{config}: search['ranks'] is {ranks!r}; expected an integer >= 1.")
+    return ranks
 
 
 def measure_interleaved(
@@ -411,9 +457,11 @@ def _epochs(loader: Any) -> Generator[Any, None, None]:
 
 
 def synchronize(device: torch.device) -> None:
-    """Wait for the device's queued work (a GPU's), so that a clock read after it is true."""
+    """Wait for the device's queued work (a GPU's, or this process's simulated
+    accelerator's), so that a clock read after it is true."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+    synchronize_current()
 
 
 def timed_loop(
@@ -425,6 +473,7 @@ def timed_loop(
     non_blocking: bool,
     default_n: int,
     queued: int = 0,
+    on_timed: Callable[[], None] | None = None,
 ) -> float:
     """Warm up, then time ``plan.steps`` steps (or ``plan.seconds``); returns samples/s.
 
@@ -435,6 +484,8 @@ def timed_loop(
 
     Timed by ``plan.seconds``: see :func:`_time_span`. The timed part covers what a
     training loop does: wait for the batch, copy it to the device, train on it.
+    ``on_timed`` is called once the warm-up's device work is done, as the timed part
+    begins.
     """
     clock = time.perf_counter
     batch = next(batches)  # start-up (workers starting, the first batch): not warm-up
@@ -449,6 +500,8 @@ def timed_loop(
         batch, waited, _ = _fetch(batches)
         longest = max(longest, waited)
     synchronize(device)
+    if on_timed is not None:
+        on_timed()
     if plan.steps is not None:
         return _time_steps(batches, train, plan.steps, device, non_blocking, default_n)
     return _time_span(
@@ -499,12 +552,15 @@ def _time_span(
     load about that many in a burst, so the span holds the wait after one if there is
     one. (A warm-up that trains the batches queued at start-up without waiting can end
     just as the next burst comes; 1.5 s of that burst alone read 8 workers of a heavy
-    loader at 537-561 samples/s, where 15 longer-timed rounds read 261-331.)
+    loader at 537-561 samples/s, where 15 longer-timed rounds read 261-331.) Between two
+    gaps, the samples counted are those the device has trained, not those launched: on
+    the simulated accelerator, whose queue runs behind the host, a count of launches
+    read one config 6% above the device's ceiling.
     """
     clock = time.perf_counter
     arrivals: list[float] = []
     waits: list[float] = []
-    counted: list[int] = []  # samples trained before each batch
+    counted: list[float] = []  # samples trained before each batch
     ends: list[int] = []  # the batches that came at the end of a gap
     samples = 0
     start = clock()
@@ -512,7 +568,8 @@ def _time_span(
         batch, waited, came = _fetch(batches)
         arrivals.append(came)
         waits.append(waited)
-        counted.append(samples)
+        # Trained by the device, not launched: an accelerator's queue runs behind the host.
+        counted.append(samples - samples_ahead())
         if waited > longest:
             longest = waited
             ends = [index for index, wait in enumerate(waits) if wait >= longest / 2]
@@ -562,10 +619,21 @@ def _time_steps(
 
 
 def run_plan(plan: Plan) -> float:
+    """Build the config's dataset, model and loader here, and time the plain loop;
+    returns samples/s (:func:`run_plan_answer`'s)."""
+    rate: float = run_plan_answer(plan)["samples_per_s"]
+    return rate
+
+
+def run_plan_answer(plan: Plan) -> dict[str, Any]:
     """Build the config's dataset, model and loader here, and time the plain loop.
 
     With ``echo`` > 1, :meth:`Settings.loader` yields each batch that many times, so
     each batch is trained on ``echo`` times and counted each time (samples trained).
+
+    Returns:
+        ``samples_per_s``, and ``device``: a simulated accelerator's reading over the
+        timed part (:class:`benchmarks.simdevice.DeviceReading`), None on another device.
     """
     workload = load_config(plan.config).workload
     settings = Settings.from_dict(plan.settings)
@@ -581,8 +649,9 @@ def run_plan(plan: Plan) -> float:
     # Settings.loader shuffles a map-style dataset and not an iterable one, as a user would.
     loader = settings.loader(workload.make_dataset(), **overrides)
     batches = _epochs(loader)
+    watch = BusyWatch()
     try:
-        return timed_loop(
+        rate = timed_loop(
             batches,
             train,
             plan,
@@ -590,7 +659,10 @@ def run_plan(plan: Plan) -> float:
             non_blocking=settings.pin_memory and device.type == "cuda",
             default_n=settings.batch_size,
             queued=settings.batches_ahead * settings.echo,  # echo trains each one echo times
+            on_timed=watch.start,
         )
+        reading = watch.stop(settings.batch_size, settings.amp != "off")
+        return {"samples_per_s": rate, "device": reading.to_dict() if reading else None}
     finally:
         # Workers stop when their iterator goes (the parent kills any that linger).
         batches.close()
@@ -601,8 +673,7 @@ def run_plan(plan: Plan) -> float:
 def _child_main(argv: Sequence[str]) -> int:
     """``python -m benchmarks.common._checker PLAN_JSON ANSWER_PATH``: one measurement."""
     plan = Plan(**json.loads(argv[0]))
-    rate = run_plan(plan)
-    Path(argv[1]).write_text(json.dumps({"samples_per_s": rate}))
+    Path(argv[1]).write_text(json.dumps(run_plan_answer(plan)))
     return 0
 
 

@@ -198,6 +198,81 @@ def _hf_style_text(profile: Profile, machine: Machine) -> dict[str, Any]:
     return _common(profile, machine, _cpu_bound_workers(profile, machine), batch)
 
 
+def _sim_batch(profile: Profile, machine: Machine) -> dict[str, Any]:
+    """The batch size is what this workload is about: quick runs keep three and fewer
+    workers (none or one: loading is cheap beside the device)."""
+    if profile.name == "quick":
+        return _common(profile, machine, [0, 1], [16, 64, 256])
+    return _common(profile, machine, _model_bound_workers(profile, machine), [16, 32, 64, 128, 256])
+
+
+def _sim_amp(profile: Profile, machine: Machine) -> dict[str, Any]:
+    """AMP is what this workload is about: quick runs keep it (as the machine allows)
+    and fix the training threads at every CPU instead."""
+    if profile.name == "quick":
+        grid = _common(profile, machine, _model_bound_workers(profile, machine), [64])
+        del grid["amp"]
+        if "threads" in grid:
+            grid["threads"] = machine.cpus
+        return grid
+    return _common(profile, machine, _model_bound_workers(profile, machine), [64])
+
+
+SIMULATED: tuple[BenchWorkload, ...] = (
+    BenchWorkload(
+        name="sim-decode",
+        config=WORKLOADS_DIR / "sim_decode.py",
+        summary="JPEG decode and augment on the CPU; a simulated accelerator that outruns it",
+        grid=_cpu_decode,
+        must_beat_baselines=False,
+        in_default_run=False,
+    ),
+    BenchWorkload(
+        name="sim-storage",
+        config=WORKLOADS_DIR / "sim_storage.py",
+        summary="4 ms of storage latency per item; a simulated accelerator, synchronous steps",
+        grid=_io_bound,
+        must_beat_baselines=False,
+        in_default_run=False,
+    ),
+    BenchWorkload(
+        name="sim-device-bound",
+        config=WORKLOADS_DIR / "sim_device_bound.py",
+        summary="in-memory rows; a simulated accelerator slower than any loader",
+        grid=_compute_bound,
+        must_beat_baselines=False,
+        in_default_run=False,
+    ),
+    BenchWorkload(
+        name="sim-batch",
+        config=WORKLOADS_DIR / "sim_batch.py",
+        summary="in-memory rows; a simulated accelerator whose launch overhead rewards "
+        "larger batches",
+        grid=_sim_batch,
+        must_beat_baselines=False,
+        in_default_run=False,
+    ),
+    BenchWorkload(
+        name="sim-amp",
+        config=WORKLOADS_DIR / "sim_amp.py",
+        summary="in-memory rows; a simulated accelerator three times faster under AMP",
+        grid=_sim_amp,
+        must_beat_baselines=False,
+        in_default_run=False,
+    ),
+    BenchWorkload(
+        name="sim-ddp",
+        config=WORKLOADS_DIR / "sim_ddp.py",
+        summary="numpy-augmented images; two DDP ranks, each with its own simulated "
+        "accelerator, loading on shared CPUs",
+        grid=_cpu_decode,
+        must_beat_baselines=False,
+        in_default_run=False,
+    ),
+)
+"""The workloads on the simulated accelerator (:mod:`benchmarks.simdevice`): run by name,
+with --workloads all, and by the agreement check."""
+
 WORKLOADS: tuple[BenchWorkload, ...] = (
     BenchWorkload(
         name="io-bound",
@@ -328,6 +403,7 @@ WORKLOADS: tuple[BenchWorkload, ...] = (
         must_beat_baselines=False,
         in_default_run=False,
     ),
+    *SIMULATED,
 )
 
 

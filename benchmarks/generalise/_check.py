@@ -33,8 +33,11 @@ from typing import TYPE_CHECKING, Any, cast
 from autotune import Settings
 from autotune.settings._settings import TORCH_PREFETCH, WORKER_THREADS
 from benchmarks.agreement._check import Searched, run_search, study_folder
+from benchmarks.common._checker import CheckerError
+from benchmarks.common._device_limits import data_ceiling
 from benchmarks.common._verdicts import Verdict
 from benchmarks.common._workloads import BenchWorkload
+from benchmarks.generalise._device import assess_device, on_device
 from benchmarks.generalise._rounds import (
     FINAL_ROUNDS,
     LEADERS,
@@ -347,8 +350,10 @@ def run_workload(
         say,
     )
     measurements = [
-        _measurement(p, rates, errors)
-        for p, rates, errors in zip(planned, measured.rates, measured.errors, strict=True)
+        _measurement(p, rates, errors, devices)
+        for p, rates, errors, devices in zip(
+            planned, measured.rates, measured.errors, measured.devices, strict=True
+        )
     ]
     section: dict[str, Any] = {
         "name": workload.name,
@@ -368,6 +373,12 @@ def run_workload(
             "mean_measurement_s": sum(measured.walls) / len(measured.walls),
         },
     }
+    if on_device(measurements):
+        try:
+            section["data_ceiling"] = data_ceiling(workload.config, first.user_batch)
+            say(f"data ceiling with every CPU: {section['data_ceiling']:,.0f} samples/s")
+        except CheckerError as error:  # the device's target goes unjudged, the rest stands
+            say(f"data ceiling: FAILED: {error}")
     judged = judge_again(section, workload.config, options, say)
     judged["wall_s"] = time.perf_counter() - began
     return judged
@@ -405,14 +416,24 @@ def judge_again(
             cpus=section["cpus"],
         )
     )
+    judged.update(assess_device(measurements, section["searches"], section.get("data_ceiling")))
     for verdict in judged["verdicts"]:
         say(Verdict(**verdict).line())
+    if "simulated_device" in judged:
+        say(Verdict(**judged["simulated_device"]["verdict"]).line())
     return judged
 
 
-def _measurement(planned: Planned, rates: list[float | None], errors: list[str]) -> dict[str, Any]:
+def _measurement(
+    planned: Planned,
+    rates: list[float | None],
+    errors: list[str],
+    devices: Sequence[Mapping[str, Any] | None] = (),
+) -> dict[str, Any]:
     middle, half_range = summary(rates)
+    readings = {"device_readings": list(devices)} if any(devices) else {}
     return {
+        **readings,
         "settings": planned.settings.to_dict(),
         "describe": planned.settings.describe(),
         "default": planned.default,

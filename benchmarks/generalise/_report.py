@@ -11,6 +11,7 @@ from typing import Any
 
 from benchmarks.agreement._check import rate_text
 from benchmarks.generalise._check import GridSpec
+from benchmarks.generalise._device import assess_device, device_lines
 from benchmarks.generalise._plot import svg
 from benchmarks.generalise._targets import assess, vs_grid_text
 
@@ -274,6 +275,7 @@ def markdown(section: Mapping[str, Any]) -> str:
         *_twin_line(figures),
         *[_verdict_line(v) for v in section["verdicts"]],
         "",
+        *device_lines(section),
         *_grid_details(section),
     ]
     return "\n".join(lines) + "\n"
@@ -475,6 +477,9 @@ def _judged_again(section: dict[str, Any]) -> dict[str, Any]:
         rounds=checker["rounds"],
         measurement_s=checker["mean_measurement_s"],
         cpus=section["cpus"],
+    )
+    judged.update(
+        assess_device(section["measurements"], section["searches"], section.get("data_ceiling"))
     )
     return {**section, **judged}
 

@@ -62,6 +62,9 @@ class Measured:
     errors: list[list[str]]
     walls: list[float]
     """Wall seconds of every measurement, failed ones included."""
+    devices: list[list[dict[str, Any] | None]] = dataclasses.field(default_factory=list)
+    """``devices[config][round]``: the simulated device's reading (busy time, utilisation,
+    ceiling); None off a simulated device or where the measurement failed."""
 
 
 def summary(rates: Sequence[float | None]) -> tuple[float, float]:
@@ -83,12 +86,14 @@ def measure_rounds(
     measurement (for the cost of measuring a whole space)."""
     rates: list[list[float | None]] = [[] for _ in settings_list]
     errors: list[list[str]] = [[] for _ in settings_list]
+    devices: list[list[dict[str, Any] | None]] = [[] for _ in settings_list]
     walls: list[float] = []
     total = len(settings_list) * options.rounds
     for round_number in range(1, options.rounds + 1):
         for index in round_order(len(settings_list), round_number):
             settings = settings_list[index]
             began = time.perf_counter()
+            readings: list[dict[str, Any]] = []
             try:
                 rate: float | None = measure(
                     config,
@@ -97,16 +102,21 @@ def measure_rounds(
                     warmup=options.warmup,
                     device=device,
                     seed=options.plain_seed,
+                    readings=readings,
                 )
                 figure = f"{rate:,.0f}/s"
+                reading = readings[0] if readings else None
+                if reading:
+                    figure += f", device busy {reading['utilisation']:.0%}"
             except CheckerError as error:
-                rate, figure = None, f"FAILED: {error}"
+                rate, figure, reading = None, f"FAILED: {error}", None
                 errors[index].append(f"round {round_number}: {error}")
             walls.append(time.perf_counter() - began)
             rates[index].append(rate)
+            devices[index].append(reading)
             count = f"{label} {len(walls)}/{total}, round {round_number}"
             say(f"{count}: {settings.describe()}: {figure}")
-    return Measured(rates=rates, errors=errors, walls=walls)
+    return Measured(rates=rates, errors=errors, walls=walls, devices=devices)
 
 
 def default_twin(measurements: Sequence[Mapping[str, Any]], cpus: int) -> int | None:
@@ -177,9 +187,13 @@ def measure_final(
         label="final rounds",
     )
     updated = [dict(m) for m in measurements]
-    for index, rates, errors in zip(picked, measured.rates, measured.errors, strict=True):
+    for index, rates, errors, devices in zip(
+        picked, measured.rates, measured.errors, measured.devices, strict=True
+    ):
         middle, half_range = summary(rates)
         updated[index].update(
             final=rates, final_median=middle, final_spread=half_range, final_errors=errors
         )
+        if any(devices):
+            updated[index]["final_device_readings"] = devices
     return updated, measured.walls
