@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import types
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -168,8 +169,17 @@ def test_the_docs_table_has_a_row_per_option_with_its_default_and_flag() -> None
 def test_the_configuration_page_holds_the_generated_table() -> None:
     page = (ROOT / "docs/configuration.md").read_text()
     assert "\n<!-- search-options -->\n" in page
+    docs_page = types.SimpleNamespace(file=types.SimpleNamespace(src_uri="configuration.md"))
     rendered = _reference_hook().on_page_markdown(
-        page, None, {"config_file_path": str(ROOT / "mkdocs.yml")}, None
+        page, docs_page, {"config_file_path": str(ROOT / "mkdocs.yml")}, None
     )
     assert "<!-- search-options -->" not in rendered
     assert "| `trials` | `int` | `24` | `--trials` |" in rendered
+
+
+def test_a_link_out_of_the_docs_becomes_the_repository_path_and_one_inside_stays() -> None:
+    hook = _reference_hook()
+    text = "[the merge](../benchmarks/results/x.md), [home](index.md#top), [gh](https://a.b/c)"
+    assert hook.repository_links(text, "docs") == (
+        "the merge (`benchmarks/results/x.md`), [home](index.md#top), [gh](https://a.b/c)"
+    )
