@@ -111,10 +111,16 @@ class TreeWatch:
         self.limit = limit
         self.peak = 0
         self.exceeded_at: int | None = None
-        self._root = psutil.Process(pid)
-        self._seen: dict[int, psutil.Process] = {pid: self._root}
+        self._seen: dict[int, psutil.Process] = {}
         self._gone: set[int] = set()  # adopted when already ended
-        self._tree: list[psutil.Process] = [self._root]
+        try:
+            self._root: psutil.Process | None = psutil.Process(pid)
+        except psutil.Error:  # it ended already (a probe that failed at once): nothing to read
+            self._root = None
+            self._gone.add(pid)
+        else:
+            self._seen[pid] = self._root
+        self._tree: list[psutil.Process] = [self._root] if self._root else []
         self._clock = clock
         self._tree_at: float | None = None
         self._peak_due: float | None = None
@@ -153,6 +159,8 @@ class TreeWatch:
     def _processes(self, *, fresh: bool = False) -> list[psutil.Process]:
         """The tree, listed again every :data:`TREE_SECONDS` (reading every process's
         parent in /proc) or when ``fresh``; the root alone once it cannot be read."""
+        if self._root is None:
+            return []
         now = self._clock()
         if not fresh and self._tree_at is not None and now - self._tree_at < TREE_SECONDS:
             return self._tree
@@ -174,7 +182,7 @@ class TreeWatch:
     def collect(self) -> None:
         """Remember every process of the tree now (before it is ended)."""
         try:
-            current = self._root.children(recursive=True)
+            current = self._root.children(recursive=True) if self._root else []
         except psutil.Error:
             current = []
         with self._lock:
