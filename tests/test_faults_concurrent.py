@@ -9,24 +9,31 @@ import optuna
 from conftest import QUICK, defaults_measured
 from faults import NAME, Running, finished_numbers
 from test_faults_interrupt import LONG
+from workloads import TWO_SEARCHES_STUDY
 
 from autotune.study._study import GROUP, OWNER, ROLE, TrialRecord
 
-BOTH = dataclasses.replace(LONG, options={**LONG.options, "trials": 2, "max_windows": 3})
+BOTH = dataclasses.replace(
+    LONG,
+    dataset="two_searches_dataset",
+    # A first trial waits for the other search's, however long its start-up takes.
+    options={**LONG.options, "trials": 2, "max_windows": 3, "trial_timeout": 300.0},
+)
 
 
 def test_two_searches_on_one_study_at_once(workdir) -> None:
-    # Both start together, as processes of their own, so that a loaded machine slows both
-    # start-ups alike and neither is through its search before the other begins (the
-    # second, started in this process after the first's trial #0, once was).
-    cli = Running("cli", BOTH, workdir)
-    api = Running("api", BOTH, workdir)
+    # Each search's first trial waits in its probe until the other search owns a trial
+    # too (workloads.TwoSearchesDataset): they run at once whatever the machine's load
+    # and whatever runs beside them, not by how fast each one starts.
+    path = workdir / "studies" / f"{NAME}.db"
+    env = {TWO_SEARCHES_STUDY: str(path)}
+    cli = Running("cli", BOTH, workdir, env=env)
+    api = Running("api", BOTH, workdir, env=env)
     code, stderr = cli.finish(timeout=300)
     assert code == 0, stderr
     api_code, api_stderr = api.finish(timeout=300)
     assert api_code == 0, api_stderr
 
-    path = workdir / "studies" / f"{NAME}.db"
     study = optuna.load_study(study_name=NAME, storage=f"sqlite:///{path}")
     trials = study.get_trials(deepcopy=False)
     assert sorted(t.number for t in trials) == list(range(len(trials)))
@@ -47,7 +54,7 @@ def test_two_searches_on_one_study_at_once(workdir) -> None:
         roles = [t.user_attrs[ROLE] for t in own if GROUP in t.user_attrs]
         assert "confirm" in roles
         assert roles.count("baseline") == defaults_measured(roles.count("confirm"), QUICK["rounds"])
-    # They ran at once: their trials interleave.
+    # They ran at once: their trials interleave (each one's first before the other's last).
     firsts = [min(t.number for t in own) for own in by_owner.values()]
     lasts = [max(t.number for t in own) for own in by_owner.values()]
     assert max(firsts) < min(lasts)

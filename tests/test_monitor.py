@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import os
 import pickle
+import subprocess
+import sys
 import time
+from typing import Any
 
 import fake_nvml
+import psutil
 import pytest
 import workloads
 from fake_nvml import FakeGpu
 
 from autotune.machine import Monitor, MonitorFigures
-from autotune.probe import Figures, ProbeRequest, WorkloadSource, run_probe
+from autotune.probe import Figures, ProbeRequest, WorkloadSource, _runner, run_probe
 from autotune.settings import Settings
 from autotune.workload import Workload
 
@@ -106,3 +110,72 @@ def test_a_cpu_probe_has_cpu_figures_per_core_and_says_why_no_gpu_ones() -> None
     assert len(monitor.cpu_percent) == len(monitor.cores)
     assert all(0 <= p <= 100 for p in monitor.cpu_percent)
     assert max(monitor.cpu_percent) > 0  # the probe was training on one of them
+
+
+# ----------------------------------------------------------------- processes that vanish
+def test_a_probe_whose_processes_cannot_be_read_still_reports_its_windows(monkeypatch) -> None:
+    # Every process the search would read has ended by the time it reads it (a probe that
+    # is over before its watch starts, on a busy machine): the probe's windows still count.
+    def vanished(pid: int | None = None) -> psutil.Process:
+        raise psutil.NoSuchProcess(pid or 0)
+
+    monkeypatch.setattr(psutil, "Process", vanished)
+    result = run_probe(request())
+    assert result.ok, result.failure
+    assert len(result.figures.windows) == 3
+    assert result.figures.peak_memory_bytes is None  # nothing read: no figure, not a zero
+    assert result.figures.monitor is not None
+
+
+def test_the_memory_watch_carries_on_when_a_process_ends_between_listing_and_reading(
+    monkeypatch,
+) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    watch = _runner.TreeWatch(os.getpid(), limit=None, interval=3600)
+    try:
+        listed = watch._processes(fresh=True)
+        assert child.pid in {process.pid for process in listed}
+        child.kill()
+        child.wait()  # reaped: its pid is gone, though the watch listed it
+        assert watch._processes() == listed
+        assert watch.sample(force=True) > 0  # the others are read; the ended one adds nothing
+        assert watch.peak > 0
+    finally:
+        watch.stop()
+
+
+@pytest.mark.parametrize(
+    "error",
+    [psutil.NoSuchProcess(1), psutil.ZombieProcess(1), psutil.AccessDenied(1)],
+    ids=["no-such-process", "zombie", "access-denied"],
+)
+def test_the_memory_watch_carries_on_when_a_read_meets_an_ended_process(
+    monkeypatch, error: psutil.Error
+) -> None:
+    def fails(process: psutil.Process, *args: Any, **kwargs: Any) -> Any:
+        raise error
+
+    monkeypatch.setattr(psutil.Process, "memory_info", fails)
+    monkeypatch.setattr(psutil.Process, "memory_full_info", fails)
+    monkeypatch.setattr(psutil.Process, "children", fails)
+    watch = _runner.TreeWatch(os.getpid(), limit=None, interval=3600)
+    try:
+        assert watch.sample(force=True) == 0
+        watch.collect()
+        assert os.getpid() in watch.pids
+    finally:
+        watch.stop()
+
+
+def test_a_memory_watch_of_a_process_already_gone_reads_nothing_and_keeps_its_pid() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    watch = _runner.TreeWatch(child.pid, limit=None, interval=3600)
+    try:
+        assert watch.sample(force=True) == 0
+        assert watch.peak == 0
+        watch.collect()
+        watch.kill_all()
+        assert watch.pids == [child.pid]  # what it left in /dev/shm is still looked for
+    finally:
+        watch.stop()

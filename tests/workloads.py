@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import multiprocessing
 import os
@@ -143,6 +144,63 @@ def sleepy_dataset() -> Dataset:
 
 def stream_dataset() -> IterableDataset:
     return SleepyStream()
+
+
+TWO_SEARCHES_STUDY = "AUTOTUNE_TEST_TWO_SEARCHES_STUDY"
+"""The study two searches share, for :class:`TwoSearchesDataset` (unset: it waits for none)."""
+_OWNER = "autotune.owner"
+"""The trial attribute that names the search running it (``autotune.study._study.OWNER``)."""
+
+
+def _owners(study: str) -> set[int] | None:
+    """The pids of the searches that own a trial in the SQLite study at ``study``; None
+    while it cannot be read (a search is writing it)."""
+    import json
+    import sqlite3
+
+    if not os.path.exists(study):
+        return set()
+    try:
+        uri = f"file:{study}?mode=ro"
+        with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=30)) as db:
+            rows = db.execute(
+                "SELECT value_json FROM trial_user_attributes WHERE key = ?", (_OWNER,)
+            ).fetchall()
+    except sqlite3.Error as error:
+        return set() if "no such table" in str(error) else None
+    return {int(json.loads(value)["pid"]) for (value,) in rows}
+
+
+class TwoSearchesDataset(SleepyDataset):
+    """A SleepyDataset whose items, in a probe of a search that owns a trial in the study
+    named by $AUTOTUNE_TEST_TWO_SEARCHES_STUDY, wait until another search owns one too: the
+    first trial of each of two searches runs while the other's exists, however the machine
+    schedules their start-ups (a search's preflight, before its first trial, never waits)."""
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        study = os.environ.get(TWO_SEARCHES_STUDY)
+        if study:
+            _wait_for_another_search(study)
+        return super().__getitem__(index)
+
+
+def _wait_for_another_search(study: str, limit: float = 240.0) -> None:
+    try:
+        mine = {ancestor.pid for ancestor in psutil.Process().parents()}
+    except psutil.Error:
+        mine = set()
+    deadline = time.monotonic() + limit
+    while True:
+        owners = _owners(study)
+        if owners is not None and (not owners & mine or len(owners) >= 2):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no other search owned a trial of {study} within {limit:g} s")
+        time.sleep(0.02)
+
+
+def two_searches_dataset() -> Dataset:
+    return TwoSearchesDataset(length=256)
 
 
 def raising_dataset() -> Dataset:

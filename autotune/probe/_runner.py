@@ -113,10 +113,16 @@ class TreeWatch:
         self.limit = limit
         self.peak = 0
         self.exceeded_at: int | None = None
-        self._root = psutil.Process(pid)
-        self._seen: dict[int, psutil.Process] = {pid: self._root}
+        self._seen: dict[int, psutil.Process] = {}
         self._gone: set[int] = set()  # adopted when already ended
-        self._tree: list[psutil.Process] = [self._root]
+        try:
+            self._root: psutil.Process | None = psutil.Process(pid)
+        except psutil.Error:  # it ended already (a probe that failed at once): nothing to read
+            self._root = None
+            self._gone.add(pid)
+        else:
+            self._seen[pid] = self._root
+        self._tree: list[psutil.Process] = [self._root] if self._root else []
         self._clock = clock
         self._tree_at: float | None = None
         self._peak_due: float | None = None
@@ -155,12 +161,14 @@ class TreeWatch:
     def _processes(self, *, fresh: bool = False) -> list[psutil.Process]:
         """The tree, listed again every :data:`TREE_SECONDS` (reading every process's
         parent in /proc) or when ``fresh``; the root alone once it cannot be read."""
+        if self._root is None:
+            return []
         now = self._clock()
         if not fresh and self._tree_at is not None and now - self._tree_at < TREE_SECONDS:
             return self._tree
         self._tree_at = now
         try:
-            tree = [self._root, *self._root.children(recursive=True)]
+            tree = [self._root, *descendants(self._root)]
         except psutil.Error:
             return [self._root]
         with self._lock:
@@ -176,7 +184,7 @@ class TreeWatch:
     def collect(self) -> None:
         """Remember every process of the tree now (before it is ended)."""
         try:
-            current = self._root.children(recursive=True)
+            current = descendants(self._root) if self._root else []
         except psutil.Error:
             current = []
         with self._lock:
@@ -209,6 +217,56 @@ class TreeWatch:
         for process in processes:
             with contextlib.suppress(psutil.Error):
                 process.kill()  # psutil checks the pid was not reused
+
+
+_KERNEL_CHILDREN = os.path.exists(f"/proc/self/task/{os.getpid()}/children")
+"""Whether the kernel lists each thread's children (``/proc/PID/task/TID/children``)."""
+
+
+def descendants(root: psutil.Process) -> list[psutil.Process]:
+    """Every descendant of ``root`` that can still be read, as psutil's
+    ``children(recursive=True)`` finds them.
+
+    Read from the kernel's list of each thread's children, a read per process of the
+    tree: psutil's walk reads the parent of every process on the machine, a cost that
+    grows with the machine's other processes and is taken from the probe being watched.
+    psutil's walk where the kernel keeps no such lists.
+
+    Raises:
+        psutil.Error: ``root`` cannot be read (psutil's walk only).
+    """
+    if not _KERNEL_CHILDREN:
+        return list(root.children(recursive=True))
+    found: list[psutil.Process] = []
+    seen = {root.pid}
+    pending = _child_pids(root.pid)
+    while pending:
+        pid = pending.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            found.append(psutil.Process(pid))
+        except psutil.Error:  # ended since it was listed: nor are its children read
+            continue
+        pending.extend(_child_pids(pid))
+    return found
+
+
+def _child_pids(pid: int) -> list[int]:
+    """The children of every thread of ``pid``; none once it has ended."""
+    children: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return children
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as listing:
+                children.extend(int(child) for child in listing.read().split())
+        except OSError:  # the thread or the process ended meanwhile
+            continue
+    return children
 
 
 def _resident(process: psutil.Process) -> int:

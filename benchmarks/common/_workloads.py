@@ -193,6 +193,11 @@ def _large_model(profile: Profile, machine: Machine) -> dict[str, Any]:
     return _common(profile, machine, [0, 1, c], [16, 32, 64])
 
 
+def _short_step(profile: Profile, machine: Machine) -> dict[str, Any]:
+    batch = [64] if profile.name == "quick" else [64, 128]
+    return _common(profile, machine, _model_bound_workers(profile, machine), batch)
+
+
 def _hf_style_text(profile: Profile, machine: Machine) -> dict[str, Any]:
     batch = [16] if profile.name == "quick" else [16, 32]
     return _common(profile, machine, _cpu_bound_workers(profile, machine), batch)
@@ -400,6 +405,23 @@ WORKLOADS: tuple[BenchWorkload, ...] = (
         config=WORKLOADS_DIR / "many_small_files.py",
         summary="5,000 .npy files of 384 bytes, one opened per item; an MLP",
         grid=_cpu_decode,
+        must_beat_baselines=False,
+        in_default_run=False,
+    ),
+    BenchWorkload(
+        name="short-step",
+        config=WORKLOADS_DIR / "short_step.py",
+        summary="rows in memory; a small MLP whose step takes ~2 ms, where a per-step cost "
+        "of the probe would show",
+        grid=_short_step,
+        must_beat_baselines=False,
+        in_default_run=False,
+    ),
+    BenchWorkload(
+        name="short-step-long",
+        config=WORKLOADS_DIR / "short_step_long.py",
+        summary="short-step's data and a wider MLP, a ~20 ms step: its reference",
+        grid=_short_step,
         must_beat_baselines=False,
         in_default_run=False,
     ),
