@@ -221,7 +221,10 @@ def test_a_worker_that_left_half_made_batch_files_ran_out_of_shared_memory(
     monkeypatch.setattr(_runner, "_SHM_DIR", tmp_path)
     dataset = workloads.HalfMadeShmDataset(str(tmp_path), then, allocated=allocated)
     settings = Settings(batch_size=4, num_workers=1, prefetch_factor=1)
-    result = run_probe(probe_request(dataset, settings=settings, stall_timeout=2.0))
+    # A hang needs the stall timeout to end; a dead worker is reported by torch as soon as
+    # it is seen, so its timeout is only a bound, wide enough for a slow worker start-up.
+    stall_timeout = 2.0 if then == "hang" else 60.0
+    result = run_probe(probe_request(dataset, settings=settings, stall_timeout=stall_timeout))
     assert result.failure is not None
     assert result.failure.kind == kind, result.failure.message
     assert result.failure.message.startswith(first), result.failure.message
