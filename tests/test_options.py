@@ -177,9 +177,14 @@ def test_the_configuration_page_holds_the_generated_table() -> None:
     assert "| `trials` | `int` | `24` | `--trials` |" in rendered
 
 
-def test_a_link_out_of_the_docs_becomes_the_repository_path_and_one_inside_stays() -> None:
+def test_a_link_out_of_the_docs_becomes_the_repository_path_and_one_inside_points_there() -> None:
     hook = _reference_hook()
     text = "[the merge](../benchmarks/results/x.md), [home](index.md#top), [gh](https://a.b/c)"
-    assert hook.repository_links(text, "docs") == (
+    assert hook.repository_links(text, "docs", "docs") == (
         "the merge (`benchmarks/results/x.md`), [home](index.md#top), [gh](https://a.b/c)"
+    )
+    # Written beside the results files, shown on a page of docs/ (the benchmarks page):
+    text = "[the history](../docs/benchmark-history.md#top), [a run](results/r.md)"
+    assert hook.repository_links(text, "benchmarks", "docs") == (
+        "[the history](benchmark-history.md#top), a run (`benchmarks/results/r.md`)"
     )

@@ -36,14 +36,15 @@ _HELP_COLUMNS = "92"
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     """Replace each marker in a page with its generated part."""
     root = Path(config["config_file_path"]).parent
+    shown_in = os.path.dirname(os.path.join("docs", page.file.src_uri))
     parts = {
         "search-options": options_table,
         "search-help": search_help,
         "api-reference": api_reference,
-        "benchmarks/RESULTS.md": lambda: results_page(root / "benchmarks" / "RESULTS.md"),
+        "benchmarks/RESULTS.md": lambda: results_page(root / "benchmarks" / "RESULTS.md", shown_in),
     }
     markdown = _MARKER.sub(lambda match: parts[match.group(1)](), markdown)
-    return repository_links(markdown, os.path.dirname(os.path.join("docs", page.file.src_uri)))
+    return repository_links(markdown, shown_in, shown_in)
 
 
 def options_table() -> str:
@@ -114,24 +115,26 @@ def search_help() -> str:
     return "```text\n$ autotune search --help\n" + out.getvalue().rstrip() + "\n```"
 
 
-def results_page(path: Path) -> str:
+def results_page(path: Path, shown_in: str) -> str:
     """The results page as a section of this one: headings one level down, and each link
     to a file of the repository written as its path (those files are not in the site)."""
     text = re.sub(r"^(#{1,5}) ", r"#\1 ", path.read_text(), flags=re.M)
-    return repository_links(text, "benchmarks")
+    return repository_links(text, "benchmarks", shown_in)
 
 
-def repository_links(text: str, folder: str) -> str:
-    """Each relative link of ``text`` (written in ``folder`` of the repository) that leaves
-    the docs, written as the repository path it names: the site holds only docs/."""
+def repository_links(text: str, written_in: str, shown_in: str) -> str:
+    """The relative links of ``text``, written in the repository folder ``written_in`` and
+    shown on a page in ``shown_in``: one to a page of docs/ points there from ``shown_in``,
+    one to any other file becomes the repository path it names (the site holds only docs/)."""
 
     def as_path(match: re.Match[str]) -> str:
         image, label, target = match.groups()
         if target.startswith(("http://", "https://", "#")):
             return match.group(0)
-        where = os.path.normpath(os.path.join(folder, target.split("#")[0]))
+        path, hash_, anchor = target.partition("#")
+        where = os.path.normpath(os.path.join(written_in, path))
         if where.startswith("docs" + os.sep):
-            return match.group(0)
+            return f"{image}[{label}]({os.path.relpath(where, shown_in)}{hash_}{anchor})"
         where = f"`{where}`"
         return where if image or label.strip("`") == target else f"{label} ({where})"
 
