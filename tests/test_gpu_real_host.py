@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from ranks import start_and_join
 from torch.utils.data import TensorDataset
 
 from autotune.machine._gpus import discover
@@ -157,15 +158,7 @@ def run_nccl_ranks(tmp_path: Path, lengths: tuple[int, ...]) -> list[dict[str, o
         context.Process(target=_nccl_rank, args=(r, world, str(tmp_path), lengths[r]))
         for r in range(world)
     ]
-    for process in ranks:
-        process.start()
-    for process in ranks:
-        process.join(timeout=240)
-    hung = [r for r, p in enumerate(ranks) if p.is_alive()]
-    for process in ranks:
-        if process.is_alive():
-            process.kill()
-            process.join()
+    hung = start_and_join(ranks, timeout=240)
     assert not hung, f"rank(s) {hung} still waiting after 240 s"
     assert [p.exitcode for p in ranks] == [0] * world
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from ranks import start_and_join
 from test_online import Indices
 
 import autotune
@@ -44,15 +45,7 @@ def _uneven_rank(rank: int, directory: str) -> None:
 def test_ranks_with_uneven_batch_counts_do_not_hang(tmp_path: Path) -> None:
     context = multiprocessing.get_context("fork")
     ranks = [context.Process(target=_uneven_rank, args=(r, str(tmp_path))) for r in (0, 1)]
-    for process in ranks:
-        process.start()
-    for process in ranks:
-        process.join(timeout=90)
-    hung = [r for r, p in enumerate(ranks) if p.is_alive()]
-    for process in ranks:
-        if process.is_alive():
-            process.kill()
-            process.join()
+    hung = start_and_join(ranks, timeout=90)
     assert not hung, f"rank(s) {hung} still waiting after 90 s: a meeting the others skipped"
     assert [p.exitcode for p in ranks] == [0, 0]
     for rank, length in enumerate(LENGTHS):
