@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import multiprocessing
 import os
 import pickle
 import sys
@@ -24,9 +26,16 @@ from autotune.cli import main
 from autotune.explore import ExplorePlan, get_backend
 from autotune.explore._ray import RaySession, trial_resources
 from autotune.explore._ray_driver import StudyPruning, TrialBook, failure_of
-from autotune.explore._ray_worker import METRIC, NUMBER_KEY, TIME_ATTR, TrialSpec, on_this_node
+from autotune.explore._ray_worker import (
+    METRIC,
+    NUMBER_KEY,
+    TIME_ATTR,
+    TrialSpec,
+    match_niceness,
+    on_this_node,
+)
 from autotune.machine import Machine, usable_cpus
-from autotune.probe import ProbeRequest, WorkloadSource
+from autotune.probe import Figures, ProbeRequest, WorkloadSource
 from autotune.progress import QuietProgress
 from autotune.settings import Settings
 from autotune.space import build_space
@@ -131,6 +140,10 @@ def test_a_local_ray_listens_on_the_loopback_only_and_stops() -> None:
         assert listening  # Ray's servers are up...
         for name, address in listening:  # ...and none is reachable from another machine
             assert address.ip in ("127.0.0.1", "::1", "::ffff:127.0.0.1"), (name, address)
+        # Its workers run at this process's priority, not at Ray's niceness 15.
+        import ray
+
+        assert ray.get(ray.remote(_niceness).remote()) == _niceness()
     finally:
         session.close()
     import ray
@@ -138,6 +151,68 @@ def test_a_local_ray_listens_on_the_loopback_only_and_stops() -> None:
     assert not ray.is_initialized()
     assert not os.path.exists(session.storage)
     assert os.environ.get("RAY_AUTH_MODE") == before
+
+
+def _niceness() -> int:
+    return os.getpriority(os.PRIO_PROCESS, 0)
+
+
+def _match_in_a_child(target: int, queue: multiprocessing.Queue) -> None:
+    os.nice(2)  # as Ray's workers start: at a niceness above the driver's
+    queue.put((match_niceness(target), match_niceness(_niceness() + 1)))
+
+
+def test_a_trial_probes_at_the_driver_s_niceness_where_it_may() -> None:
+    queue: multiprocessing.Queue = multiprocessing.get_context("fork").Queue()
+    child = multiprocessing.get_context("fork").Process(
+        target=_match_in_a_child, args=(_niceness(), queue)
+    )
+    child.start()
+    lowered, raised = queue.get(timeout=30)
+    child.join()
+    # Lowering a niceness needs privilege: without it the worker keeps the one it had.
+    privileged = os.geteuid() == 0
+    assert lowered == (_niceness() if privileged else _niceness() + 2)
+    assert raised == lowered + 1  # raising one is always allowed
+
+
+def test_a_trial_at_a_lower_priority_than_the_driver_is_said_once(tmp_path) -> None:
+    class Messages(QuietProgress):
+        def __init__(self) -> None:
+            self.lines: list[str] = []
+
+        def message(self, text: str) -> None:
+            self.lines.append(text)
+
+    progress = Messages()
+    plan = dataclasses.replace(_plan(tmp_path), progress=progress)
+    book = TrialBook(plan, exploring=True, count=3, timeout=None)
+    for tune_id, niceness in (("same", book.niceness), ("nice", 15), ("again", 15)):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*Heartbeat of storage.*")
+            config = book.propose(_OptunaTrialSuggestCaptor(plan.study.ask()))
+        book.attach(config[NUMBER_KEY], tune_id)
+        book.reported(tune_id, {"figures": Figures().to_dict(), "node": {"niceness": niceness}})
+    book.close()
+    if book.niceness >= 15:
+        assert progress.lines == []
+        return
+    (line,) = progress.lines
+    assert line.startswith("ray: trial #1 ran at niceness 15, above this process's")
+    assert f"RAY_worker_niceness={book.niceness}" in line
+
+
+def _plan(tmp_path: Path) -> ExplorePlan:
+    settings = Settings(batch_size=8)
+    machine = Machine(cpus=2, cpu_model="t", memory_bytes=2**33, shm_bytes=2**30, accelerator="cpu")
+    return ExplorePlan(
+        study=open_study(tmp_path / "s.db", "s", create=True),
+        space=build_space({"num_workers": 0, "threads": 1, "amp": "off"}, machine, batch_size=8),
+        template=ProbeRequest(source=WorkloadSource(), settings=settings, device="cpu"),
+        warm_starts=(),
+        options=SearchOptions(seed=0, min_windows=1, reduction_factor=3),
+        progress=QuietProgress(),
+    )
 
 
 def test_a_trial_takes_its_node_s_gpu_memory_share_and_config_copy(monkeypatch, tmp_path) -> None:
@@ -178,7 +253,7 @@ def test_a_study_s_storage_pickles(tmp_path) -> None:
 
 
 def test_a_resumed_search_prunes_against_the_trials_already_in_the_study(tmp_path) -> None:
-    study = open_study(tmp_path / "s.db", "s", create=True)
+    study = open_study(tmp_path / "r.db", "r", create=True)
     for value in (100.0, 200.0, 300.0, 400.0, 500.0):  # an earlier search's first windows
         study.add_trial(
             optuna.trial.create_trial(
@@ -187,16 +262,7 @@ def test_a_resumed_search_prunes_against_the_trials_already_in_the_study(tmp_pat
                 intermediate_values={1: value},
             )
         )
-    settings = Settings(batch_size=8)
-    machine = Machine(cpus=2, cpu_model="t", memory_bytes=2**33, shm_bytes=2**30, accelerator="cpu")
-    plan = ExplorePlan(
-        study=study,
-        space=build_space({"num_workers": 0, "threads": 1, "amp": "off"}, machine, batch_size=8),
-        template=ProbeRequest(source=WorkloadSource(), settings=settings, device="cpu"),
-        warm_starts=(),
-        options=SearchOptions(seed=0, min_windows=1, reduction_factor=3),
-        progress=QuietProgress(),
-    )
+    plan = dataclasses.replace(_plan(tmp_path), study=study)
     book = TrialBook(plan, exploring=True, count=2, timeout=None)
     scheduler = StudyPruning(book)
     decisions = {}

@@ -91,6 +91,9 @@ def test_a_ray_search_writes_the_study_the_embedded_one_would(
     assert pruned, "ASHA stopped no trial"
     for trial in probed:
         assert trial.user_attrs[NODE]["node_id"] == local_ray
+        # Ray's workers start at niceness 15; the trial probed at the driver's (as root).
+        niceness = trial.user_attrs[NODE]["niceness"]
+        assert niceness == os.getpriority(os.PRIO_PROCESS, 0) or os.geteuid() != 0
         figures = trial.user_attrs[FIGURES]
         windows = len(figures["windows"])
         # Every window's figures are kept, and reported as the intermediate values.

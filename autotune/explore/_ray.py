@@ -159,6 +159,9 @@ class RaySession:
                     num_cpus=usable_cpus(),
                     num_gpus=_visible_gpus(),
                     runtime_env={"env_vars": {"PYTHONPATH": path}},
+                    # Workers at this process's priority, not Ray's niceness 15: a probe
+                    # on a busy machine measures what the user's training would get.
+                    _system_config={"worker_niceness": os.getpriority(os.PRIO_PROCESS, 0)},
                     **options,
                 )
             self.owned = True
@@ -322,7 +325,12 @@ def _spec(plan: ExplorePlan, resources: TrialResources) -> TrialSpec:
     share = None
     if plan.options.memory_limit is None:
         share = MEMORY_SHARE * resources.memory_share
-    return TrialSpec(template=template, config_text=text, memory_share=share)
+    return TrialSpec(
+        template=template,
+        config_text=text,
+        memory_share=share,
+        niceness=os.getpriority(os.PRIO_PROCESS, 0),
+    )
 
 
 def _visible_gpus() -> int:

@@ -29,6 +29,7 @@ backend. Nothing about the rungs is kept in the driver, so nothing is lost with 
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 import warnings
 from collections.abc import Iterable
@@ -96,6 +97,8 @@ class TrialBook:
         """No new trial: the budget is spent, or the rules ended exploration."""
         self._proposed: dict[int, _Running] = {}
         self._by_tune_id: dict[str, _Running] = {}
+        self.niceness = os.getpriority(os.PRIO_PROCESS, 0)
+        self._told_niceness = False
         self.heartbeat = Heartbeat(plan.study)
         """The driver owns every trial it proposed until it tells the study how it ended
         (the Ray workers only probe): it beats for them, so that a driver killed on
@@ -153,12 +156,26 @@ class TrialBook:
             return
         running.figures = Figures.from_dict(result["figures"])
         running.node = result.get("node")
+        self._check_niceness(running)
         if result.get("failure"):
             running.failure = Failure.from_dict(result["failure"])
             return
         if running.figures.windows:
             window: Window = running.figures.windows[-1]
             self.plan.progress.window(running.trial.number, window, running.figures.samples_per_s)
+
+    def _check_niceness(self, running: _Running) -> None:
+        """Say once that a trial probed at a lower priority than this process runs at."""
+        niceness = (running.node or {}).get("niceness", self.niceness)
+        if niceness <= self.niceness or self._told_niceness:
+            return
+        self._told_niceness = True
+        self.plan.progress.message(
+            f"ray: trial #{running.trial.number} ran at niceness {niceness}, above this "
+            f"process's {self.niceness} (Ray starts its workers at 15, and this user may not "
+            "lower it): while other processes are busy its figures read low. Start the "
+            f"cluster with RAY_worker_niceness={self.niceness} in `ray start`'s environment."
+        )
 
     def judge(self, tune_id: str, value: float, windows: int) -> bool:
         """Report a trial's new window to the study; whether the rungs stop it there
