@@ -136,6 +136,20 @@ def test_check_mode_describes_the_workload() -> None:
     assert info["batch_bytes"] == 4 * 8 * 4 + 4 * 8
 
 
+def test_check_mode_reads_how_much_of_a_core_the_step_keeps_busy() -> None:
+    # A step that waits (as on an accelerator) against one that computes on the CPU.
+    settings = Settings(batch_size=4, threads=1)
+    waits = run_probe(
+        request(workloads.SleepyDataset(), model=workloads.steady_model, mode="check",
+                settings=settings)
+    )  # fmt: skip
+    computes = run_probe(request(workloads.SleepyDataset(), mode="check", settings=settings))
+    assert waits.ok and computes.ok, (waits.failure, computes.failure)
+    assert waits.info["step_s"] == pytest.approx(0.03, rel=0.5)  # steady_model's sleep
+    assert waits.info["step_cpu_share"] < 0.1
+    assert computes.info["step_cpu_share"] > 0.5
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="CPU affinity is Linux-only")
 def test_cpu_affinity_and_threads_are_applied_in_the_probe() -> None:
     settings = Settings(batch_size=4, threads=1)

@@ -153,3 +153,22 @@ def test_a_repeat_proposal_makes_room_for_an_unmeasured_config(workdir) -> None:
     queued = [t for t in study.trials if "autotune.proposed_by" in t.user_attrs]
     repeats = [r for r in explored if r.duplicate_of is not None]
     assert len(queued) >= len(repeats) - 1  # each repeat queued something new instead
+
+
+def test_a_step_off_the_cpu_is_searched_on_one_training_thread(workdir) -> None:
+    # steady_model's forward waits (as a step on an accelerator does): its CPU is idle.
+    result = autotune.search(
+        dataset=workloads.sleepy_dataset,
+        model=workloads.steady_model,
+        batch_size=8,
+        name="off-cpu",
+        space={"num_workers": [0, 1], "batch_size": 8, "amp": "off"},
+        **quick(trials=3, seed=0),
+    )
+    assert result.workload["step_cpu_share"] < 0.5
+    assert result.space["threads"] == {"fixed": 1}
+    assert any(
+        n.startswith("threads: fixed at 1: the training step kept") for n in result.space["notes"]
+    )
+    study = optuna.load_study(study_name="off-cpu", storage="sqlite:///studies/off-cpu.db")
+    assert {r.settings.threads for r in records(study) if r.role == "explore"} == {1}

@@ -10,6 +10,7 @@ from torch.utils.data import DataLoader
 
 from autotune import Settings, SpaceError
 from autotune.machine import Machine
+from autotune.space import OFF_CPU_SHARE, fit_to_step
 from autotune.space._space import Choices, Fixed, IntRange, build_space
 
 CPU = Machine(cpus=2, cpu_model="test", memory_bytes=8 * 2**30, shm_bytes=2**30, accelerator="cpu")
@@ -47,6 +48,23 @@ def test_cpu_space_leaves_out_what_needs_an_accelerator() -> None:
     assert space.echo == Fixed(1)
     notes = " ".join(space.notes)
     assert "pin_memory" in notes and "amp" in notes and "echo" in notes
+
+
+def test_a_step_off_the_cpu_trains_on_one_thread_and_leaves_the_cores_to_the_workers() -> None:
+    space = build_space({}, CPU, batch_size=32)
+    off_cpu = fit_to_step(space, {}, step_cpu_share=0.08)
+    assert off_cpu.threads == Fixed(1)
+    assert off_cpu.num_workers == space.num_workers  # the workers keep their range
+    assert off_cpu.notes[-1].startswith("threads: fixed at 1: the training step kept 8% of")
+    # A step on the CPU keeps at least a share of a core busy, even on a loaded machine.
+    assert fit_to_step(space, {}, step_cpu_share=OFF_CPU_SHARE) == space
+    assert fit_to_step(space, {}, step_cpu_share=1.9) == space
+    assert fit_to_step(space, {}, step_cpu_share=None) == space  # an older study: unmeasured
+    # The user's threads are theirs, and a space with its threads fixed stays as it is.
+    widened = build_space({"threads": [1, 2]}, CPU, batch_size=32)
+    assert fit_to_step(widened, {"threads": [1, 2]}, step_cpu_share=0.08) == widened
+    on_gpu = build_space({}, GPU, batch_size=32)
+    assert fit_to_step(on_gpu, {}, step_cpu_share=0.08) == on_gpu
 
 
 def test_gpu_space_tunes_pinning_and_amp_but_not_threads() -> None:

@@ -46,7 +46,7 @@ from autotune.probe import (
 from autotune.progress import Progress, QuietProgress
 from autotune.result import DdpResult, SearchResult
 from autotune.settings import Settings
-from autotune.space import Space, default_max_workers
+from autotune.space import Space, default_max_workers, fit_to_step
 from autotune.study import (
     META,
     RESULT,
@@ -177,6 +177,7 @@ def _run_stages(
     progress.phase("preflight", f"one training step of the default loader on {device}")
     info = preflight(single, workload)
     check_same_workload(meta, machine, info, path, placement)
+    space = fit_to_step(space, user_space, info.get("step_cpu_share"))
     if not meta:
         study.set_user_attr(
             META, study_meta(workload, machine, device, space, options, info, placement)

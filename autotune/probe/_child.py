@@ -31,6 +31,7 @@ import time
 import warnings
 from collections.abc import Callable
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -221,6 +222,51 @@ def _forever(items: list[Any]) -> Any:
         yield from items
 
 
+_STEP_SECONDS = 0.2
+"""How long the check times steps after the first, to read the step's CPU share."""
+
+
+def _step_cpu(trainer: Trainer, batch: Any, device: torch.device) -> tuple[float, float]:
+    """Seconds per step after the first, and the training process's CPU time over that
+    wall time (1.0: one core busy throughout), on one batch over again, on one thread.
+
+    A step whose compute runs on an accelerator keeps the host's cores mostly idle; one
+    on the CPU keeps at least one busy. Steps are timed for ``_STEP_SECONDS`` (long
+    enough that a preemption does not decide it), at least one, so a slow model pays one
+    step more.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # idle threads of a pool spin: they would read as compute
+    try:
+        steps = 0
+        wall_start, (cpu_start, queued_start) = time.perf_counter(), _thread_times()
+        while steps == 0 or time.perf_counter() - wall_start < _STEP_SECONDS:
+            trainer.step(batch)
+            steps += 1
+        synchronize(device)
+        wall = time.perf_counter() - wall_start
+        cpu_end, queued_end = _thread_times()
+    finally:
+        torch.set_num_threads(threads)
+    # Time spent ready but waiting for a core (a loaded machine) is neither compute nor
+    # waiting for a device: left out, so the share reads alike beside other processes.
+    offered = wall - (queued_end - queued_start)
+    return wall / steps, (cpu_end - cpu_start) / offered if offered > 0 else 1.0
+
+
+_SCHEDSTAT = Path("/proc/thread-self/schedstat")
+
+
+def _thread_times() -> tuple[float, float]:
+    """This thread's CPU seconds, and its seconds ready to run but waiting for a core
+    (Linux's schedstat; elsewhere, the process's CPU time and no wait)."""
+    try:
+        cpu_ns, queued_ns, _ = _SCHEDSTAT.read_text().split()
+        return int(cpu_ns) / 1e9, int(queued_ns) / 1e9
+    except (OSError, ValueError):
+        return time.process_time(), 0.0
+
+
 def _check(
     workload: Workload,
     dataset: Any,
@@ -232,9 +278,11 @@ def _check(
     start = time.perf_counter()
     batch, samples = stream.next()
     loaded = time.perf_counter()
-    trainer.step(to_device(batch, device, False))
+    on_device = to_device(batch, device, False)
+    trainer.step(on_device)
     synchronize(device)
     stepped = time.perf_counter()
+    step_s, step_cpu = _step_cpu(trainer, on_device, device)
     length: int | None = None
     if not is_iterable_dataset(dataset):
         try:
@@ -255,6 +303,8 @@ def _check(
                 "batch_samples": samples,
                 "first_batch_s": loaded - start,
                 "first_step_s": stepped - loaded,
+                "step_s": step_s,
+                "step_cpu_share": step_cpu,
                 "buffers": sum(b.numel() for b in trainer.model.buffers()),
                 "gradient_bytes": sum(
                     p.numel() * p.element_size()
