@@ -34,7 +34,7 @@ batch_size = 8
 # noise of each other) pick the warm starts' batch size, so the two backends' first
 # proposals would follow a coin toss rather than the sampler.
 search = {"window_seconds": 0.1, "max_windows": 9, "warmup_seconds": 0.05, "ceilings": False,
-          "bounds": False, "trials": 8, "seed": 0, "finalists": 1, "rounds": 1}
+          "bounds": False, "trials": 6, "seed": 0, "finalists": 1, "rounds": 1}
 space = {"num_workers": [0, 1, 2], "threads": 1, "batch_size": [8, 16], "amp": "off"}
 """
 
@@ -72,7 +72,7 @@ def test_a_ray_search_writes_the_study_the_embedded_one_would(
     ran = [t for t in on_ray.trials if t.state != TrialState.WAITING]
     explored = [t for t in ran if t.user_attrs["autotune.role"] == "explore"]
     # The budget counts probed trials: repeats of a measured config spend none of it.
-    assert sum(TrialRecord.from_trial(t).probed for t in explored) == 8
+    assert sum(TrialRecord.from_trial(t).probed for t in explored) == 6
     confirming = [t.user_attrs["autotune.role"] for t in ran if t not in explored]
     # One round: the finalists (one, or up to twice that where figures overlap, and the
     # leader without workers where it trains at its ceiling), the default beside them.
@@ -120,10 +120,10 @@ def test_a_ray_search_writes_the_study_the_embedded_one_would(
 
     # Resuming on Ray adds to the study; its confirming rounds run one after the other
     # (no runoff: whether one runs turns on the noise of real measurements).
-    resume = ["--backend", "ray", "--study", "studies/ray.db", "--resume", "--trials", "3"]
+    resume = ["--backend", "ray", "--study", "studies/ray.db", "--resume", "--trials", "1"]
     assert main(["search", config, *resume, "--rounds", "2", "--runoff-rounds", "0"]) == 0
     capsys.readouterr()
-    assert sum(r.probed for r in records(study("studies/ray.db")) if r.role == "explore") == 11
+    assert sum(r.probed for r in records(study("studies/ray.db")) if r.role == "explore") == 7
     assert_last_two_rounds(study("studies/ray.db").trials)
 
 
