@@ -47,6 +47,9 @@ def local_ray() -> Iterator[str]:
         num_cpus=2,
         include_dashboard=False,
         runtime_env={"env_vars": {"PYTHONPATH": CHILD_PYTHONPATH}},  # tests' workloads unpickle
+        # As the search starts its own: workers at this process's priority, not Ray's 15
+        # (each new worker would import torch at a sliver of a loaded machine's CPU).
+        _system_config={"worker_niceness": os.getpriority(os.PRIO_PROCESS, 0)},
     )
     yield ray.get_runtime_context().get_node_id()
     ray.shutdown()
