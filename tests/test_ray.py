@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import multiprocessing
 import os
 import pickle
@@ -17,6 +16,7 @@ import fake_nvml
 import optuna
 import psutil
 import pytest
+from messages import Messages
 from optuna.trial import TrialState
 from ray import exceptions
 from ray.tune.search.optuna.optuna_search import _OptunaTrialSuggestCaptor
@@ -177,21 +177,11 @@ def test_a_trial_probes_at_the_driver_s_niceness_where_it_may() -> None:
 
 
 def test_a_trial_at_a_lower_priority_than_the_driver_is_said_once(tmp_path) -> None:
-    class Messages(QuietProgress):
-        def __init__(self) -> None:
-            self.lines: list[str] = []
-
-        def message(self, text: str) -> None:
-            self.lines.append(text)
-
     progress = Messages()
-    plan = dataclasses.replace(_plan(tmp_path), progress=progress)
-    book = TrialBook(plan, exploring=True, count=3, timeout=None)
+    study = open_study(tmp_path / "s.db", "s", create=True)
+    book = TrialBook(_plan(study, progress), exploring=True, count=3, timeout=None)
     for tune_id, niceness in (("same", book.niceness), ("nice", 15), ("again", 15)):
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*Heartbeat of storage.*")
-            config = book.propose(_OptunaTrialSuggestCaptor(plan.study.ask()))
-        book.attach(config[NUMBER_KEY], tune_id)
+        _propose(book, tune_id)
         book.reported(tune_id, {"figures": Figures().to_dict(), "node": {"niceness": niceness}})
     book.close()
     if book.niceness >= 15:
@@ -202,17 +192,25 @@ def test_a_trial_at_a_lower_priority_than_the_driver_is_said_once(tmp_path) -> N
     assert f"RAY_worker_niceness={book.niceness}" in line
 
 
-def _plan(tmp_path: Path) -> ExplorePlan:
+def _plan(study: optuna.Study, progress: QuietProgress | None = None) -> ExplorePlan:
     settings = Settings(batch_size=8)
     machine = Machine(cpus=2, cpu_model="t", memory_bytes=2**33, shm_bytes=2**30, accelerator="cpu")
     return ExplorePlan(
-        study=open_study(tmp_path / "s.db", "s", create=True),
+        study=study,
         space=build_space({"num_workers": 0, "threads": 1, "amp": "off"}, machine, batch_size=8),
         template=ProbeRequest(source=WorkloadSource(), settings=settings, device="cpu"),
         warm_starts=(),
         options=SearchOptions(seed=0, min_windows=1, reduction_factor=3),
-        progress=QuietProgress(),
+        progress=progress or QuietProgress(),
     )
+
+
+def _propose(book: TrialBook, tune_id: str) -> None:
+    """A trial proposed through the book, as OptunaSearch asks, and started as ``tune_id``."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*Heartbeat of storage.*")
+        config = book.propose(_OptunaTrialSuggestCaptor(book.plan.study.ask()))
+    book.attach(config[NUMBER_KEY], tune_id)
 
 
 def test_a_trial_takes_its_node_s_gpu_memory_share_and_config_copy(monkeypatch, tmp_path) -> None:
@@ -253,7 +251,7 @@ def test_a_study_s_storage_pickles(tmp_path) -> None:
 
 
 def test_a_resumed_search_prunes_against_the_trials_already_in_the_study(tmp_path) -> None:
-    study = open_study(tmp_path / "r.db", "r", create=True)
+    study = open_study(tmp_path / "s.db", "s", create=True)
     for value in (100.0, 200.0, 300.0, 400.0, 500.0):  # an earlier search's first windows
         study.add_trial(
             optuna.trial.create_trial(
@@ -262,15 +260,11 @@ def test_a_resumed_search_prunes_against_the_trials_already_in_the_study(tmp_pat
                 intermediate_values={1: value},
             )
         )
-    plan = dataclasses.replace(_plan(tmp_path), study=study)
-    book = TrialBook(plan, exploring=True, count=2, timeout=None)
+    book = TrialBook(_plan(study), exploring=True, count=2, timeout=None)
     scheduler = StudyPruning(book)
     decisions = {}
     for tune_id, value in (("slow", 350.0), ("fast", 450.0)):
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*Heartbeat of storage.*")
-            config = book.propose(_OptunaTrialSuggestCaptor(study.ask()))
-        book.attach(config[NUMBER_KEY], tune_id)
+        _propose(book, tune_id)
         result = {METRIC: value, TIME_ATTR: 1}  # Ray's report of the first window
         decisions[tune_id] = scheduler.on_trial_result(
             None, SimpleNamespace(trial_id=tune_id), result

@@ -7,6 +7,7 @@ import os
 import optuna
 import workloads
 from conftest import CHILD_PYTHONPATH, quick
+from messages import Messages
 from ray.cluster_utils import Cluster
 
 import autotune
@@ -50,13 +51,3 @@ def test_a_search_joins_a_cluster_by_address_and_runs_trials_on_every_node(workd
     probed = [t for t in study.trials if NODE in t.user_attrs]
     assert all(t.user_attrs[BACKEND] == "ray" for t in study.trials)
     assert {t.user_attrs[NODE]["node_id"] for t in probed} == expected
-
-
-class Messages(autotune.QuietProgress):
-    """Keeps the search's messages."""
-
-    def __init__(self, lines: list[str]) -> None:
-        self.lines = lines
-
-    def message(self, text: str) -> None:
-        self.lines.append(text)

@@ -227,7 +227,7 @@ _STEP_SECONDS = 0.2
 
 
 def _step_cpu(trainer: Trainer, batch: Any, device: torch.device) -> tuple[float, float]:
-    """Seconds per step after the first, and the training process's CPU time over that
+    """Seconds per step after the first, and the training thread's CPU time over that
     wall time (1.0: one core busy throughout), on one batch over again, on one thread.
 
     A step whose compute runs on an accelerator keeps the host's cores mostly idle; one

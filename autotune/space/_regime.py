@@ -25,7 +25,7 @@ def fit_to_step(space: Space, user: Mapping[str, Any], step_cpu_share: float | N
     Args:
         space: the space built for the machine.
         user: the user's space dict, as given.
-        step_cpu_share: the preflight's CPU time of the training process over its wall
+        step_cpu_share: the preflight's CPU time of the training thread over its wall
             time for a step (1.0: one core busy throughout); None when not measured.
     """
     threads = space.threads.values()
