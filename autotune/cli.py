@@ -49,6 +49,7 @@ SEARCH_FLAGS: dict[str, dict[str, Any]] = {
     "study": {},
     "seed": {},
     "resume": {},
+    "warm_start": {"metavar": "STUDY"},
     "gpus": {"type": str},
     "ranks": {},
     "backend": {},
@@ -271,9 +272,10 @@ def _show(args: argparse.Namespace) -> int:
         result_lines,
         result_of,
         show_json,
+        start_lines,
         trials_table,
     )
-    from autotune.study import open_study, read_meta, records, resolve
+    from autotune.study import STARTS, open_study, read_meta, records, resolve
 
     path, name = resolve(args.study, Path(args.study).stem)
     study = open_study(path, name, create=False)
@@ -287,12 +289,16 @@ def _show(args: argparse.Namespace) -> int:
     diagnoses = diagnose(result) if result is not None else []
     if result is not None:
         _warn_if_moved(result)
+    starts = list(study.user_attrs.get(STARTS) or [])
     if args.json:
-        data = {"study": {"name": study.study_name, "path": str(path)}}
+        data: dict[str, Any] = {"study": {"name": study.study_name, "path": str(path)}}
         data.update(show_json(result, diagnoses, error))
+        data["starts"] = starts
         print(json.dumps(data, indent=2, sort_keys=True))
         return 0
     print(f"study {study.study_name!r} in {path}: {counts_line(trials)}")
+    for line in start_lines(starts):
+        print(line)
     if result is not None:
         print("\n".join(result_lines(result)))
         print("\n".join(diagnosis_lines(diagnoses)))

@@ -192,7 +192,7 @@ def test_a_resumed_search_reuses_the_ceilings(workdir) -> None:
             self.seen.append(name)
 
     watcher = Phases()
-    autotune.search(**kwargs, **options, progress=watcher)
+    autotune.search(**kwargs, **options, resume=True, progress=watcher)
     assert "bounds" not in watcher.seen and "explore" in watcher.seen
     assert study.user_attrs[COMPUTE_CEILINGS] == first
 

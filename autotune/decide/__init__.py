@@ -1,25 +1,31 @@
 """Deciding: the finalists confirmed, the cheapest within the tolerance chosen, the DDP stage,
-the ceilings measured, and the diagnosis of where the time goes."""
+the ceilings measured, a study's earlier answer measured again, and the diagnosis of where
+the time goes."""
 
 from autotune.decide._ceilings import Ceilings, measure_ceilings
 from autotune.decide._choose import cost
 from autotune.decide._confirm import confirm, explored_candidates, most_confirmed, most_in_runoff
 from autotune.decide._ddp import planned_probes, run_ddp_stage
 from autotune.decide._diagnosis import Diagnosis, diagnose
+from autotune.decide._recheck import Recheck, earlier_answer, earlier_finalists, recheck
 from autotune.decide._rounds import round_length
 from autotune.decide._saved import result_of
 
 __all__ = [
     "Ceilings",
     "Diagnosis",
+    "Recheck",
     "confirm",
     "cost",
     "diagnose",
+    "earlier_answer",
+    "earlier_finalists",
     "explored_candidates",
     "measure_ceilings",
     "most_confirmed",
     "most_in_runoff",
     "planned_probes",
+    "recheck",
     "result_of",
     "round_length",
     "run_ddp_stage",

@@ -9,6 +9,7 @@ from autotune.output._show import (
     diagnosis_lines,
     result_lines,
     show_json,
+    start_lines,
     trials_table,
 )
 
@@ -21,6 +22,7 @@ __all__ = [
     "result_lines",
     "result_of",
     "show_json",
+    "start_lines",
     "trials_table",
     "warn_if_moved",
 ]

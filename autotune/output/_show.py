@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autotune._format import format_rate
@@ -103,6 +103,12 @@ def trials_table(records: Sequence[TrialRecord]) -> list[str]:
             f"{len(f.windows) if f else 0:>3}  {note}"
         )
     return rows
+
+
+def start_lines(starts: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Where the study's searches started, one line each, oldest first: those that started
+    from an earlier answer or another study's finalists (the study's ``STARTS``)."""
+    return [f"started {s.get('at', '?')}: {s.get('note', '')}" for s in starts]
 
 
 def counts_line(records: Sequence[TrialRecord]) -> str:

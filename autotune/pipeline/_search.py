@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import optuna
 import psutil
 
 from autotune._errors import StudyError, WorkloadError
@@ -18,9 +19,11 @@ from autotune._format import format_rate
 from autotune.decide import (
     Ceilings,
     confirm,
+    earlier_answer,
     explored_candidates,
     measure_ceilings,
     planned_probes,
+    recheck,
     round_length,
     run_ddp_stage,
 )
@@ -36,6 +39,7 @@ from autotune.explore import (
 )
 from autotune.machine import Machine
 from autotune.pipeline._setup import inputs, prepare
+from autotune.pipeline._starts import record_start, seeds_from
 from autotune.probe import (
     Failure,
     ProbeRequest,
@@ -191,24 +195,14 @@ def _run_stages(
     most_workers = max(
         default_max_workers(placement.rank_cpus), worker_range.bound if worker_range else 0
     )
-    parallel = f"; {len(slots)} at a time, {placement.describe()}" if len(slots) > 1 else ""
-    progress.phase(
-        "explore",
-        f"{options.trials} trials into {path} (space of {space.size()} configs{parallel}; "
-        + "; ".join(space.notes)
-        + ")",
-    )
-    # Later: the finalists and the default loader re-measured (the default beside every
-    # two; a runoff, when one runs, is counted once it starts), the DDP probes, the ceilings.
     ceiling_probes = _CEILING_PROBES if options.ceilings else 0
     ddp_probes = planned_probes(info, options, options.finalists) if placement.ranks > 1 else 0
-    later = round_length(options.finalists) * options.rounds + ddp_probes + ceiling_probes
-    progress.plan("explore", options.trials, options.timeout, later=later)
     plan = ExplorePlan(
         study=study,
         space=space,
         template=single if len(slots) == 1 else template,
-        warm_starts=warm_starts(
+        warm_starts=_seeds(options, study, path, info, machine, space, progress)
+        + warm_starts(
             space,
             machine,
             workload.batch_size,
@@ -222,6 +216,20 @@ def _run_stages(
         bounds=bounds,
         slots=slots if len(slots) > 1 else (),
     )
+    held = _recheck(runner, plan, baseline, progress, info=info, workload=workload)
+    if held is not None:
+        return held
+    parallel = f"; {len(slots)} at a time, {placement.describe()}" if len(slots) > 1 else ""
+    progress.phase(
+        "explore",
+        f"{options.trials} trials into {path} (space of {space.size()} configs{parallel}; "
+        + "; ".join(space.notes)
+        + ")",
+    )
+    # Later: the finalists and the default loader re-measured (the default beside every
+    # two; a runoff, when one runs, is counted once it starts), the DDP probes, the ceilings.
+    later = round_length(options.finalists) * options.rounds + ddp_probes + ceiling_probes
+    progress.plan("explore", options.trials, options.timeout, later=later)
     runner.explore(plan)
     if plan.fatal is not None:
         raise WorkloadError(_workload_message(workload, plan.fatal, every_config=True))
@@ -298,6 +306,63 @@ def _run_stages(
 
 
 # --------------------------------------------------------------------- stages
+def _seeds(
+    options: SearchOptions,
+    study: optuna.Study,
+    path: Path,
+    info: dict[str, Any],
+    machine: Machine,
+    space: Space,
+    progress: Progress,
+) -> tuple[Settings, ...]:
+    """The configs ``options.warm_start`` names to try first (none without it), said and
+    recorded in the study."""
+    if options.warm_start is None:
+        return ()
+    seeds, note = seeds_from(
+        options.warm_start, study=study, path=path, info=info, machine=machine, space=space
+    )
+    progress.message(f"warm start: {note}")
+    record_start(study, {"source": options.warm_start, "note": note})
+    return seeds
+
+
+def _recheck(
+    runner: Backend,
+    plan: ExplorePlan,
+    baseline: Settings,
+    progress: Progress,
+    *,
+    info: dict[str, Any],
+    workload: Workload,
+) -> SearchResult | None:
+    """Measure the study's earlier answer again, unless the search resumes exploring or
+    runs trials side by side; the result to end the search with when it holds, None when
+    the search must go on (saying why)."""
+    if plan.options.resume or plan.slots:
+        return None
+    earlier = earlier_answer(plan.study)
+    if earlier is None:
+        return None
+    checked = recheck(runner, plan, earlier, baseline, progress)
+    if checked is None:
+        return None
+    study = plan.study
+    entry = {"source": "earlier answer", "held": checked.held, "reason": checked.reason}
+    if checked.result is None:
+        note = f"the earlier answer no longer holds: {checked.reason}; the search goes on"
+        progress.message(note)
+        record_start(study, {**entry, "note": note})
+        return None
+    note = f"the earlier answer holds: {checked.reason}; nothing else measured"
+    progress.message(note)
+    record_start(study, {**entry, "note": note})
+    result = dataclasses.replace(checked.result, workload=info, collate_fn=workload.collate_fn)
+    study.set_user_attr(RESULT, result.to_dict())
+    progress.phase("done", _summary(result))
+    return result
+
+
 def preflight(template: ProbeRequest, workload: Workload) -> dict[str, Any]:
     """Build the dataset and model and run one step, so a broken workload fails in
     one clear line before any trial; returns what was learned of the workload."""

@@ -1,7 +1,12 @@
 """The study: every trial and its figures in an Optuna SQLite storage, the one record a
 trial is read back as, and which study a search may add to (the fingerprint)."""
 
-from autotune.study._fingerprint import check_same_workload, study_meta
+from autotune.study._fingerprint import (
+    check_same_workload,
+    seed_differences,
+    study_meta,
+    workload_changes,
+)
 from autotune.study._optuna_private import (
     backing_storage,
     frozen_trial,
@@ -24,6 +29,7 @@ from autotune.study._study import (
     RESULT,
     ROLE,
     SETTINGS,
+    STARTS,
     STUDY_FORMAT,
     WARM_START,
     Heartbeat,
@@ -52,6 +58,7 @@ __all__ = [
     "RESULT",
     "ROLE",
     "SETTINGS",
+    "STARTS",
     "STUDY_FORMAT",
     "WARM_START",
     "Heartbeat",
@@ -68,6 +75,8 @@ __all__ = [
     "read_meta",
     "records",
     "resolve",
+    "seed_differences",
     "storage_of",
     "study_meta",
+    "workload_changes",
 ]

@@ -62,12 +62,7 @@ def check_same_workload(
             f"{now['ranks']} of {now['rank_cpus']} on {now['gpus'] or now['device_type']}, "
             "so the figures would not compare. Give another --study name."
         )
-    before = meta.get("workload", {})
-    changed = [
-        f"{key} {before.get(key)!r} -> {info.get(key)!r}"
-        for key in _WORKLOAD_IDENTITY
-        if key in before and before.get(key) != info.get(key)
-    ]
+    changed = workload_changes(meta, info)
     if changed:
         raise StudyError(
             f"study {path} was tuned on another workload ({'; '.join(changed)}); its figures "
@@ -75,7 +70,36 @@ def check_same_workload(
         )
     differences = Machine.from_dict(meta.get("machine", {})).differences(machine)
     if differences:
+        near = not seed_differences(meta, machine)
+        hint = f", with --warm-start {path} to try its finalists first" if near else ""
         raise StudyError(
             f"study {path} was measured on another machine ({'; '.join(differences)}); its "
-            "figures would not compare. Give another --study name."
+            f"figures would not compare. Give another --study name{hint}."
         )
+
+
+def workload_changes(meta: Mapping[str, Any], info: Mapping[str, Any]) -> list[str]:
+    """How the workload the preflight read (``info``) differs from the one that the study
+    with attributes ``meta`` measured, one "key old -> new" each; empty when the same."""
+    before = meta.get("workload", {})
+    return [
+        f"{key} {before.get(key)!r} -> {info.get(key)!r}"
+        for key in _WORKLOAD_IDENTITY
+        if key in before and before.get(key) != info.get(key)
+    ]
+
+
+def seed_differences(meta: Mapping[str, Any], machine: Machine) -> list[str]:
+    """What differs between the machine that measured the study with attributes ``meta``
+    and ``machine`` in ways that stop the study's finalists from seeding a search there:
+    the CPU count, the accelerator and the GPU models. Another torch, CPU model or amount
+    of RAM changes the figures, not where the best settings lie."""
+    before = Machine.from_dict(meta.get("machine", {}))
+    differences = []
+    if before.cpus != machine.cpus:
+        differences.append(f"CPUs {before.cpus} -> {machine.cpus}")
+    if before.accelerator != machine.accelerator:
+        differences.append(f"device {before.accelerator} -> {machine.accelerator}")
+    if before.gpus != machine.gpus:
+        differences.append(f"GPUs {list(before.gpus)} -> {list(machine.gpus)}")
+    return differences

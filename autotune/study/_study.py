@@ -64,6 +64,8 @@ BOUNDED = "autotune.bounded"
 OWNER = "autotune.owner"
 PROPOSED_BY = "autotune.proposed_by"
 """Trial attribute: why autotune queued this config rather than the sampler proposing it."""
+STARTS = "autotune.starts"
+"""Study attribute: where each search of the study started, one entry a search, oldest first."""
 WARM_START = "warm start"
 """The PROPOSED_BY of the configs a search tries first (judged from ASHA's second rung)."""
 

@@ -34,7 +34,15 @@ class SearchOptions:
     study: str | None = None
     """Study name (saved as studies/NAME.db) or a .db path; by default the config's name."""
     resume: bool = False
-    """Require the study to exist already, and continue it."""
+    """Require the study to exist already, and continue exploring it.
+
+    Without it, a search of a study that holds an earlier search's answer measures that
+    answer again beside the default loader first, and ends there while it holds."""
+    warm_start: str | None = None
+    """A study of this workload (a name or .db path) whose finalists a new study tries first.
+
+    For a study measured with another torch, or kept under another name: it must have been
+    measured with the same CPUs and GPUs, and the study searched must have no trials yet."""
     seed: int | None = None
     """Seeds the sampler and the probes' data order, for repeatable searches."""
     tolerance: float = 0.03

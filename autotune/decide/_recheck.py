@@ -1,0 +1,191 @@
+"""A study's earlier answer measured again before a new search spends anything.
+
+A second search of a workload on the machine that measured its study first re-measures
+the earlier choice beside the default loader, in one interleaved round (D C D). Where the
+choice still beats the default beyond the noise, and by no less than the earlier rounds
+predicted (the low end of their 95% prediction interval), the earlier answer holds: the
+search ends there, its rounds extended by the new one. Otherwise the search runs anew
+from that study, its finalists tried first. Where the earlier answer was the default
+loader, its fastest finalist is measured instead, and the answer holds while that
+finalist still does not beat the default beyond the noise.
+
+One round, not the search's ``rounds``: the earlier rounds already measured the spread,
+and the question is only whether the machine still gives what they measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import optuna
+
+from autotune.decide._confirm import _measured, _roles
+from autotune.decide._rounds import gather, interleaved
+from autotune.explore import Backend, ExplorePlan
+from autotune.probe import Measurement
+from autotune.progress import Progress
+from autotune.result import SearchResult
+from autotune.settings import Settings
+from autotune.study import RESULT, read_meta
+
+ROUNDS = 1
+"""Interleaved rounds of the recheck: the default loader, the earlier choice, the default."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Recheck:
+    """What re-measuring a study's earlier answer found."""
+
+    held: bool
+    """Whether the earlier answer still holds."""
+    reason: str
+    """One line that says what was measured against what was expected."""
+    result: SearchResult | None = None
+    """With ``held``: the earlier result with the new round added to its rounds."""
+    finalists: tuple[Settings, ...] = ()
+    """The earlier search's chosen config and finalists, fastest first: the configs a new
+    search tries first when the answer no longer holds."""
+
+
+def earlier_answer(study: optuna.Study) -> SearchResult | None:
+    """The result the last finished search of ``study`` saved when its choice was confirmed
+    in rounds beside the default loader; None otherwise (no search finished, or its choice
+    came from exploration figures alone)."""
+    saved = study.user_attrs.get(RESULT)
+    if not saved:
+        return None
+    result = SearchResult.from_dict(saved)
+    if not result.space:  # saved before results carried their space: the study's
+        result = dataclasses.replace(result, space=dict(read_meta(study).get("space") or {}))
+    if not result.confirmed or result.baseline is None or result.ddp is not None:
+        return None
+    return result
+
+
+def earlier_finalists(result: SearchResult) -> tuple[Settings, ...]:
+    """The chosen config and the finalists of ``result``, fastest first, each once."""
+    ordered = [result.settings]
+    ordered += [m.settings for m in sorted(result.finalists, key=lambda m: -m.samples_per_s)]
+    return tuple({s.key(): s for s in ordered}.values())
+
+
+def recheck(
+    runner: Backend,
+    plan: ExplorePlan,
+    earlier: SearchResult,
+    baseline: Settings,
+    progress: Progress,
+    *,
+    later: int = 0,
+) -> Recheck | None:
+    """Measure ``earlier``'s choice (or, where that was the default loader, its fastest
+    finalist) beside the default loader ``baseline`` in :data:`ROUNDS` round, and tell
+    whether the earlier answer holds.
+
+    Returns:
+        None when there is nothing to re-measure in the current space (no finalist beside
+        the default, or the space no longer holds the earlier choice).
+    """
+    finalists = earlier_finalists(earlier)
+    if _knobs(earlier.space) != _knobs(plan.space.to_dict()):
+        return Recheck(
+            held=False,
+            reason="it was chosen in another space than this search's",
+            finalists=finalists,
+        )
+    if earlier.is_default:
+        others = [s for s in finalists if s != baseline]
+        contender = others[0] if others else None
+    else:
+        contender = earlier.settings
+    if contender is None or contender == baseline or not plan.space.contains(contender):
+        return None
+    order = interleaved([contender], baseline)
+    progress.phase(
+        "recheck",
+        f"this study's earlier answer ({earlier.settings.describe()}): its "
+        f"{'fastest finalist' if earlier.is_default else 'choice'} measured again beside "
+        "the default loader, in one interleaved round",
+    )
+    progress.plan("recheck", len(order) * ROUNDS, None, later=later)
+    groups = runner.measure(plan, order, _roles(order, baseline), ROUNDS)
+    (rounds,), default = gather(order, _measured(plan.study, groups, len(order)))
+    if not rounds.complete or not default.complete or not rounds.speedups:
+        return Recheck(
+            held=False,
+            reason=f"{contender.describe()} or the default loader failed to measure again",
+            finalists=finalists,
+        )
+    speedup = rounds.speedups[0]
+    band = max(earlier.tolerance, earlier.noise)
+    if earlier.is_default:
+        if speedup > 1 + band:
+            return Recheck(
+                held=False,
+                reason=(
+                    f"{contender.describe()} now reads {speedup:.2f}x the default loader, "
+                    f"beyond the noise ({band:.0%}) that the earlier rounds left it within"
+                ),
+                finalists=finalists,
+            )
+        reason = (
+            f"the default loader still holds: its fastest finalist reads {speedup:.2f}x it, "
+            f"within the noise ({band:.0%})"
+        )
+    else:
+        interval = earlier.speedup_interval
+        low = max(1 + band, interval[0] if interval else 0.0)
+        if speedup < low:
+            expected = (
+                f"the earlier rounds predicted {interval[0]:.2f}-{interval[1]:.2f}x"
+                if interval
+                else f"it must beat the default by more than the noise ({band:.0%})"
+            )
+            return Recheck(
+                held=False,
+                reason=(
+                    f"{contender.describe()} reads {speedup:.2f}x the default loader now; "
+                    f"{expected}"
+                ),
+                finalists=finalists,
+            )
+        predicted = f", as predicted ({interval[0]:.2f}-{interval[1]:.2f}x)" if interval else ""
+        reason = f"it reads {speedup:.2f}x the default loader again{predicted}"
+    return Recheck(
+        held=True,
+        reason=reason,
+        result=_extended(earlier, rounds.typical(), default.typical(), speedup),
+        finalists=finalists,
+    )
+
+
+def _knobs(space: Mapping[str, Any]) -> str:
+    """A space's knobs and their domains as canonical JSON (its notes left out)."""
+    return json.dumps({k: v for k, v in space.items() if k != "notes"}, sort_keys=True)
+
+
+def _extended(
+    earlier: SearchResult, measured: Measurement, default: Measurement, speedup: float
+) -> SearchResult:
+    """``earlier`` with one more round: the new figures of the choice and of the default
+    loader, the round's rate and speedup after the earlier rounds'."""
+    if earlier.is_default:
+        return dataclasses.replace(
+            earlier,
+            figures=default.figures,
+            baseline=default,
+            rounds=earlier.rounds + ROUNDS,
+            rates=(*earlier.rates, default.samples_per_s),
+            speedup_rounds=(*earlier.speedup_rounds, 1.0),
+        )
+    return dataclasses.replace(
+        earlier,
+        figures=measured.figures,
+        baseline=default,
+        rounds=earlier.rounds + ROUNDS,
+        rates=(*earlier.rates, measured.samples_per_s),
+        speedup_rounds=(*earlier.speedup_rounds, speedup),
+    )
