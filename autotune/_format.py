@@ -29,3 +29,21 @@ def sentence(text: str) -> str:
 def count(number: int, noun: str) -> str:
     """ "1 worker", "0 workers", "8 workers": ``number`` and ``noun``, plural unless one."""
     return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
+def format_seconds(seconds: float) -> str:
+    """ "0.4 s", "73 s", "108 s": tenths below ten seconds, so that a short stage does not
+    read as none; whole seconds above, so that stages side by side compare at a glance."""
+    if seconds < 9.95:
+        return f"{max(0.0, seconds):.1f} s"
+    return f"{round(seconds)} s"
+
+
+def format_wall(seconds: float) -> str:
+    """ "42 s", "4 min 10 s", "1 h 2 min": a wall time in words."""
+    whole = round(seconds)
+    if whole < 60:
+        return format_seconds(seconds)
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    return f"{whole // 3600} h {whole % 3600 // 60} min"

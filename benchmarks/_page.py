@@ -23,7 +23,7 @@ from typing import Any
 
 from benchmarks.agreement._summary import summary as agreement_summary
 from benchmarks.common._flags import RESULTS_DIR
-from benchmarks.generalise._report import targets_table
+from benchmarks.generalise._report import targets_table, times_lines
 from benchmarks.online._check import summary as online_summary
 from benchmarks.suite._report import verdict_summary
 
@@ -51,6 +51,10 @@ class Suite:
     summary: Summary
 
 
+def _generalise_lines(sections: Sequence[Mapping[str, Any]]) -> list[str]:
+    return [*targets_table(sections), *times_lines(sections)]
+
+
 def _online_lines(sections: Sequence[Mapping[str, Any]]) -> list[str]:
     return online_summary(sections).splitlines()
 
@@ -61,7 +65,7 @@ SUITES = (
         title="The choice against the checker's grid",
         pattern="generalise-*.json",
         modes=("generalise", "generalise-rejudged"),
-        summary=targets_table,
+        summary=_generalise_lines,
     ),
     Suite(
         command="agreement",

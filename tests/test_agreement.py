@@ -12,6 +12,7 @@ import pytest
 
 import autotune
 from autotune import Settings
+from autotune.result import SearchTime
 from benchmarks import _cli
 from benchmarks.agreement import _check as _agreement
 from benchmarks.agreement import _side_by_side
@@ -57,6 +58,7 @@ def fake_result(**changes: Any) -> Any:
         "rounds": 3,
         "noise": 0.02,
         "is_default": False,
+        "search_time": SearchTime(total_s=30.0, stages=(("preflight", 1.0), ("explore", 20.0))),
     }
     return types.SimpleNamespace(**{**fields, **changes})
 
@@ -95,6 +97,7 @@ def test_a_workload_is_searched_then_both_configs_measured_by_the_plain_loop(
     section = _agreement.run_workload(workload, options, machine, lambda line: None)
 
     assert searched["trials"] == 4 and searched["seed"] == 0
+    assert section["search"]["search_time"]["stages"] == [["preflight", 1.0], ["explore", 20.0]]
     assert Path(searched["study"]).parent == tmp_path
     # Each config by both instruments in each round, one right after the other, the
     # probe first in even rounds and the plain loop first in odd ones.

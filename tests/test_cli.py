@@ -45,7 +45,7 @@ def test_search_show_export_and_resume(capsys, write_config, workdir) -> None:
     assert "default DataLoader (num_workers=0, batch_size=8)" in out
     assert "speedup over the default" in out
     assert "diagnosis of the best: " in out and "diagnosis of the default loader: " in out
-    assert "torch.utils.data.DataLoader(" in out
+    assert "torch.utils.data.DataLoader(" in out and "\nsearch time: " in out
     assert "preflight:" in err and "trial #0" in err
     assert (workdir / "studies" / "good.db").exists()
 
@@ -53,7 +53,11 @@ def test_search_show_export_and_resume(capsys, write_config, workdir) -> None:
     assert code == 0, err
     assert "study 'good' in studies/good.db" in out
     assert "best: workers=" in out
-    assert "baseline" in out and "explore" in out and "confirm" in out
+    roles = {row.split()[2] for row in out.splitlines() if re.match(r" *\d+ [A-Z]+ ", row)}
+    assert {"baseline", "explore", "confirm"} <= roles  # the trials table
+    took = next(line for line in out.splitlines() if line.startswith("search time: "))
+    assert re.search(r"\(preflight [\d.]+ s, bounds [\d.]+ s, .*explore [\d.]+ s, confirm ", took)
+    assert "ceilings" not in took and "continued" not in took
 
     code, out, err = run(capsys, "export", "good", "-o", "settings.json")
     assert code == 0, err
@@ -65,8 +69,9 @@ def test_search_show_export_and_resume(capsys, write_config, workdir) -> None:
     code, out, err = run(capsys, "search", str(config), "--trials", "2", "--resume")
     assert code == 0, err
     code, out, _ = run(capsys, "show", "good")
+    assert "this search only, which continued the study's earlier ones" in out
     # 4 + 2 explored trials probed; repeats of a measured config spend none of the budget
-    explored = [line for line in out.splitlines() if " explore " in line]
+    explored = [line for line in out.splitlines() if re.match(r" *\d+ \w+ +explore ", line)]
     assert sum("same config as" not in line for line in explored) == 6, out
 
 

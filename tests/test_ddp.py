@@ -267,6 +267,7 @@ def test_the_ddp_section_is_exported_and_loaded_back(ddp_search, tmp_path, capsy
     assert main(["show", str(path)]) == 0
     shown = capsys.readouterr().out
     assert "DDP: 2 ranks (gloo)" in shown and "launch: OMP_NUM_THREADS=1 MALLOC_" in shown
+    assert result.search_time is not None and (result.search_time.seconds("ddp") or 0) > 0
 
 
 def test_a_study_of_one_rank_is_not_continued_with_two(ddp_search) -> None:

@@ -22,9 +22,10 @@ import autotune
 from autotune import SearchResult, Settings
 from autotune.machine._machine import Machine
 from autotune.probe import Figures, Window
+from autotune.result import SearchTime
 from autotune.result._predict import prediction_interval
 from autotune.space._space import build_space
-from benchmarks import _cli
+from benchmarks import _cli, _page
 from benchmarks.common._checker import CheckerError
 from benchmarks.common._workloads import find
 from benchmarks.generalise import _check as _generalise
@@ -302,16 +303,36 @@ def checker_figure(settings: Settings) -> float:
     return rate * (1.1 if settings.batch_size == 64 else 1.0)
 
 
+SEARCH_TIMES = {  # each seed's search by stage: seed 2 ran a runoff, seed 3 no worker sweep
+    1: SearchTime(
+        total_s=250.0,
+        stages=(("preflight", 1.0), ("bounds", 70.0), ("workers", 4.0), ("explore", 80.0),
+                ("confirm", 90.0)),
+    ),
+    2: SearchTime(
+        total_s=200.0,
+        stages=(("preflight", 1.0), ("bounds", 60.0), ("workers", 2.0), ("explore", 70.0),
+                ("confirm", 60.0), ("runoff", 6.0)),
+    ),
+    3: SearchTime(
+        total_s=150.0,
+        stages=(("preflight", 2.0), ("bounds", 50.0), ("explore", 60.0), ("confirm", 36.0)),
+    ),
+}  # fmt: skip
+
+
 def run_fake_workload(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Any]:
     searched: list[dict[str, Any]] = []
 
     def search(config: Path, **options: Any) -> SearchResult:
         searched.append(options)
         seed = options["seed"]
+        took = SEARCH_TIMES[seed]
         if seed == 3:
-            return result(CHOICES[3], (95.0, 100.0, 105.0), is_default=True)
+            return result(CHOICES[3], (95.0, 100.0, 105.0), is_default=True, search_time=took)
         # seed 2's rounds agree closely: the checker's 352 lies above its interval
-        return result(CHOICES[seed], (300.0, 320.0, 340.0) if seed == 1 else (318.0, 320.0, 322.0))
+        rates = (300.0, 320.0, 340.0) if seed == 1 else (318.0, 320.0, 322.0)
+        return result(CHOICES[seed], rates, search_time=took)
 
     calls: list[Settings] = []
 
@@ -378,6 +399,10 @@ def test_a_workload_is_searched_three_times_then_judged_by_the_plain_loop(
         "choice": False,
     }
     assert section["checker"]["mean_measurement_s"] == 1.0
+    # Each search's time by stage, as the search's own clock kept it.
+    assert [SearchTime.from_dict(s["search_time"]) for s in section["searches"]] == list(
+        SEARCH_TIMES.values()
+    )
     assert figures["choices"][0]["space_cost_s"] == 390 * 3 * 1.0
 
 
@@ -431,6 +456,20 @@ def test_the_markdown_and_the_plot_show_every_choice(
     assert (
         "| io-bound | FAILED |" in document and "![each choice against the grid](g.svg)" in document
     )
+    # The mean search by stage beside the median choice: a stage a search skipped counts
+    # 0 s; the workload that failed has no row.
+    times = document.split("Search time by stage")[1].split("### compute-bound")[0]
+    assert (
+        "| workload | median choice × grid best | search s | preflight | bounds | workers "
+        "| explore | confirm | runoff |" in times
+    )
+    assert "| compute-bound | 0.909 | 200 | 1.3 | 60 | 2.0 | 70 | 62 | 2.0 |" in times
+    assert "io-bound" not in times
+    # The results page prints the same table from the results file.
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "generalise-2026-12-01-1000.json").write_text(json_path.read_text())
+    page = _page.render(tmp_path / "results", tmp_path)
+    assert "| compute-bound | 0.909 | 200 | 1.3 | 60 | 2.0 | 70 | 62 | 2.0 |" in page
     tree = ET.fromstring(svg_path.read_text())
     marks = [e for e in tree.iter() if e.get("class") == "choice"]
     assert len(marks) == 3 and len([e for e in tree.iter() if e.get("class") == "grid"]) == 44

@@ -51,6 +51,7 @@ def test_load_reads_the_saved_result(old_study: Path) -> None:
     assert result.samples_per_s == pytest.approx(98_194, rel=1e-3)
     assert set(result.ceilings) == {"compute", "data"}
     assert result.loader_limit is not None
+    assert result.search_time is None  # written before the time was kept
 
 
 def test_export_writes_the_same_settings(old_study: Path) -> None:
@@ -100,6 +101,7 @@ def test_show_json_gives_the_settings_figures_and_diagnosis(
     assert chosen["default"]["samples_per_s"] == pytest.approx(40_746, rel=1e-3)
     assert chosen["speedup"] == pytest.approx(98_194 / 40_746, rel=1e-3)
     assert chosen["interval"] is None  # a study from before the rounds
+    assert chosen["search_time"] is None  # and from before its time was kept
     assert [d["subject"] for d in data["diagnosis"]] == ["best", "default loader"]
     assert data["diagnosis"][0]["verdict"] == "data-bound"
     assert data["study"]["name"] == "study_v0_1"

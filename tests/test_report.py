@@ -119,6 +119,8 @@ def test_show_prints_the_diagnosis(capsys, small_study) -> None:
     assert f"diagnosis of the {best.headline()}" in out
     assert f"diagnosis of the {default.headline()}" in out
     assert "compute ceiling (the model on batches already in memory)" in out
+    took = next(line for line in out.splitlines() if line.startswith("search time: "))
+    assert "ceilings " in took and "bounds" not in took  # it measured ceilings, not bounds
 
 
 def test_without_matplotlib_html_names_the_extra_and_md_still_works(

@@ -59,6 +59,13 @@ def test_a_search_saves_its_trials_and_returns_a_tuned_loader(workdir) -> None:
     assert meta["workload"]["dataset_length"] == 256
     assert meta["machine"]["cpus"] >= 1 and meta["machine"]["torch_version"]
     assert study.user_attrs["autotune.result"]["settings"] == result.settings.to_dict()
+    # Timed by the stages it ran (no bounds, so no worker sweep; no ceilings; no runoff).
+    took = result.search_time
+    assert took is not None and not took.continued
+    assert [stage for stage, _ in took.stages] == ["preflight", "explore", "confirm"]
+    assert all(seconds > 0 for _, seconds in took.stages)
+    assert sum(seconds for _, seconds in took.stages) <= took.total_s
+    assert autotune.load("studies/small.db").search_time == took
 
 
 def test_asha_prunes_slow_configs(workdir) -> None:

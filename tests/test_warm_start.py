@@ -59,6 +59,9 @@ def test_a_second_search_measures_the_earlier_answer_again_and_ends_there(
     assert result.rounds == first.rounds + 1
     assert result.speedup_rounds[:-1] == first.speedup_rounds
     assert after.user_attrs[RESULT]["rounds"] == first.rounds + 1
+    # Its time is this search's: the preflight and the recheck, nothing explored.
+    assert result.search_time is not None and result.search_time.continued
+    assert [name for name, _ in result.search_time.stages] == ["preflight", "recheck"]
     (start,) = after.user_attrs[STARTS]
     assert start["held"] is True and start["source"] == "earlier answer"
 

@@ -24,7 +24,7 @@ def _busy(figures: Figures) -> str:
 
 
 def result_lines(result: SearchResult) -> list[str]:
-    """The chosen settings and the figures behind them."""
+    """The chosen settings, the figures behind them, and the time the search took."""
     figures = result.figures
     kept = "the default DataLoader, " if result.is_default else ""
     lines = [f"best: {kept}{result.settings.describe()}  (device {result.device})"]
@@ -56,6 +56,8 @@ def result_lines(result: SearchResult) -> list[str]:
         lines += result.ddp.describe()
     else:
         lines += result.batch_notes()
+    if result.search_time is not None:
+        lines.append(f"search time: {result.search_time.describe()}")
     return lines
 
 
@@ -122,7 +124,8 @@ def show_json(
     result: SearchResult | None, diagnoses: Sequence[Diagnosis], error: str | None
 ) -> dict[str, Any]:
     """What ``autotune show --json`` prints, for scripts: the chosen settings, the
-    confirmed figures with their intervals, the default's figures, and the diagnosis."""
+    confirmed figures with their intervals, the default's figures, the search's time by
+    stage, and the diagnosis."""
     if result is None:
         return {"result": None, "error": error}
     baseline = result.baseline
@@ -154,6 +157,7 @@ def show_json(
             "speedup_interval": list(speedup_interval) if speedup_interval else None,
             "gradient_accumulation_steps": result.gradient_accumulation_steps,
             "lr_note": result.lr_note(),
+            "search_time": result.search_time.to_dict() if result.search_time else None,
         },
         "diagnosis": [_diagnosis_json(d) for d in diagnoses],
         "error": None,

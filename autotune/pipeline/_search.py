@@ -47,7 +47,7 @@ from autotune.probe import (
     refuse_while_bootstrapping,
     run_probe,
 )
-from autotune.progress import Progress, QuietProgress
+from autotune.progress import Progress, QuietProgress, StageClock
 from autotune.result import DdpResult, SearchResult
 from autotune.settings import Settings
 from autotune.space import Space, default_max_workers, fit_to_step
@@ -140,10 +140,12 @@ def run_search(
     *,
     progress: Progress,
 ) -> SearchResult:
-    """Run every stage of a search for an already-validated workload."""
+    """Run every stage of a search for an already-validated workload, timing each by the
+    phases it announces (the result's ``search_time``)."""
+    clock = StageClock(progress)
     runner = get_backend(options.backend)
     try:
-        return _run_stages(workload, user_space, options, progress, runner)
+        return _run_stages(workload, user_space, options, clock, runner)
     finally:
         runner.close()
 
@@ -152,7 +154,7 @@ def _run_stages(
     workload: Workload,
     user_space: Mapping[str, Any],
     options: SearchOptions,
-    progress: Progress,
+    progress: StageClock,
     runner: Backend,
 ) -> SearchResult:
     setup = prepare(workload, user_space, options)
@@ -298,6 +300,7 @@ def _run_stages(
         study_name=study.study_name,
         collate_fn=workload.collate_fn,
         ddp=ddp,
+        search_time=progress.stop(continued=bool(meta)),
         **confirmed.confirmation(),
     )
     study.set_user_attr(RESULT, result.to_dict())
@@ -331,7 +334,7 @@ def _recheck(
     runner: Backend,
     plan: ExplorePlan,
     baseline: Settings,
-    progress: Progress,
+    progress: StageClock,
     *,
     info: dict[str, Any],
     workload: Workload,
@@ -357,7 +360,12 @@ def _recheck(
     note = f"the earlier answer holds: {checked.reason}; nothing else measured"
     progress.message(note)
     record_start(study, {**entry, "note": note})
-    result = dataclasses.replace(checked.result, workload=info, collate_fn=workload.collate_fn)
+    result = dataclasses.replace(
+        checked.result,
+        workload=info,
+        collate_fn=workload.collate_fn,
+        search_time=progress.stop(continued=True),
+    )
     study.set_user_attr(RESULT, result.to_dict())
     progress.phase("done", _summary(result))
     return result

@@ -1,4 +1,5 @@
-"""Progress: the events a search emits while it runs, and the displays that show them."""
+"""Progress: the events a search emits while it runs, the displays that show them, and the
+clock that times its stages by them."""
 
 from autotune.progress._progress import (
     LineProgress,
@@ -7,5 +8,13 @@ from autotune.progress._progress import (
     QuietProgress,
     make_progress,
 )
+from autotune.progress._stage_clock import StageClock
 
-__all__ = ["LineProgress", "LiveProgress", "Progress", "QuietProgress", "make_progress"]
+__all__ = [
+    "LineProgress",
+    "LiveProgress",
+    "Progress",
+    "QuietProgress",
+    "StageClock",
+    "make_progress",
+]

@@ -1,8 +1,9 @@
 """The result: the chosen settings with the measurements that chose them, as data and
-as code (the DDP launch line included)."""
+as code (the DDP launch line included), and how long the search took."""
 
 from autotune.result._confirmation import Confirmation
 from autotune.result._ddp import DdpMeasurement, DdpResult
 from autotune.result._result import SearchResult
+from autotune.result._search_time import SearchTime
 
-__all__ = ["Confirmation", "DdpMeasurement", "DdpResult", "SearchResult"]
+__all__ = ["Confirmation", "DdpMeasurement", "DdpResult", "SearchResult", "SearchTime"]

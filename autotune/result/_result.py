@@ -22,6 +22,7 @@ from autotune.result._confirmation import Confirmation
 from autotune.result._ddp import DdpResult
 from autotune.result._launch import accumulation_steps, lr_note
 from autotune.result._predict import LEVEL, prediction_interval
+from autotune.result._search_time import SearchTime
 from autotune.settings import Settings
 
 EXPORT_FORMAT = 1
@@ -64,6 +65,9 @@ class SearchResult(Confirmation):
     ddp: DdpResult | None = None
     """With several ranks: the DDP settings (world size, batches, DDP keywords, torchrun
     line) and what the DDP probes measured; ``settings`` are then per rank."""
+    search_time: SearchTime | None = None
+    """How long the search that chose it took, by stage; None for a study written before
+    it was kept, and for a choice made online."""
 
     # ----------------------------------------------------------------- figures
     @property
@@ -266,6 +270,7 @@ class SearchResult(Confirmation):
             "workload": self.workload,
             "study": {"path": self.study_path, "name": self.study_name},
             "ddp": self.ddp.to_dict() if self.ddp else None,
+            "search_time": self.search_time.to_dict() if self.search_time else None,
         }
 
     @classmethod
@@ -308,6 +313,9 @@ class SearchResult(Confirmation):
             study_path=study.get("path"),
             study_name=study.get("name"),
             ddp=DdpResult.from_dict(data["ddp"]) if data.get("ddp") else None,
+            search_time=(
+                SearchTime.from_dict(data["search_time"]) if data.get("search_time") else None
+            ),
         )
 
     @classmethod

@@ -231,6 +231,7 @@ def run_workload(
             "study": str(searched.study) if options.study_dir or options.from_studies else None,
             "read": options.from_studies is not None,
             "wall_s": searched.wall_s,
+            "search_time": result.search_time.to_dict() if result.search_time else None,
             "confirmed": result.confirmed,
             "probe_rounds": result.rounds,
             "probe_noise": result.noise,

@@ -303,6 +303,7 @@ def search_row(seed: int, searched: Searched, keep_study: bool) -> dict[str, Any
         "options": searched.options,
         "study": str(searched.study) if keep_study else None,
         "wall_s": searched.wall_s,
+        "search_time": result.search_time.to_dict() if result.search_time else None,
     }
 
 

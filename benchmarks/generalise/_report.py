@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.agreement._check import rate_text
+from benchmarks.common._stage_times import TimedRow, times_table
 from benchmarks.generalise._check import GridSpec
 from benchmarks.generalise._device import assess_device, device_lines
 from benchmarks.generalise._plot import svg
@@ -357,6 +358,29 @@ def targets_table(sections: Sequence[Mapping[str, Any]]) -> list[str]:
     return _table(header, rows)
 
 
+def times_lines(sections: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The searches' time by stage beside their median choice, a row per workload whose
+    searches kept their time; none when no search did."""
+    rows = [
+        TimedRow(
+            workload=section["name"],
+            quality=f"{section['verdicts'][0]['figure']:.3f}",
+            times=[s["search_time"] for s in section["searches"] if s.get("search_time")],
+        )
+        for section in sections
+        if "error" not in section
+    ]
+    table = times_table(rows, "median choice × grid best")
+    if not table:
+        return []
+    intro = (
+        "Search time by stage: the mean of each workload's searches, in seconds, by the "
+        "search's own clock (a stage a search skipped counts 0 s; workers: the sweep of "
+        "worker counts)."
+    )
+    return ["", intro, "", *table]
+
+
 def _commit(run: Mapping[str, Any]) -> str:
     return (run.get("commit") or "?")[:7] + ("+dirty" if run.get("dirty") else "")
 
@@ -450,6 +474,7 @@ def document(results: Mapping[str, Any], json_name: str, svg_name: str) -> str:
         "### Targets",
         "",
         *targets_table(sections),
+        *times_lines(sections),
         "",
     ]
     return "\n".join(lines) + "\n" + "\n".join(markdown(s) for s in sections)

@@ -198,6 +198,7 @@ def autotune_search(
             "ceiling_probes": ceilings,
             "ceilings": {k: f.samples_per_s for k, f in result.ceilings.items()},
             "confirmed": result.confirmed,
+            "search_time": result.search_time.to_dict() if result.search_time else None,
             "trials": trials,
         },
     )
