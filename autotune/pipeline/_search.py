@@ -42,6 +42,7 @@ from autotune.probe import (
     WorkloadSource,
     refuse_while_bootstrapping,
     run_probe,
+    start_probe_server,
 )
 from autotune.progress import Progress, QuietProgress
 from autotune.result import DdpResult, SearchResult
@@ -300,7 +301,10 @@ def _run_stages(
 # --------------------------------------------------------------------- stages
 def preflight(template: ProbeRequest, workload: Workload) -> dict[str, Any]:
     """Build the dataset and model and run one step, so a broken workload fails in
-    one clear line before any trial; returns what was learned of the workload."""
+    one clear line before any trial; returns what was learned of the workload. The fork
+    server probes start from is started first, so that the preflight is a probe like
+    the others, the one-off import of the server not in it."""
+    start_probe_server()
     result = run_probe(dataclasses.replace(template, mode="check"))
     if result.failure is not None:
         raise WorkloadError(_workload_message(workload, result.failure, every_config=False))
