@@ -56,6 +56,8 @@ def result_lines(result: SearchResult) -> list[str]:
         lines += result.ddp.describe()
     else:
         lines += result.batch_notes()
+    if result.budget is not None:
+        lines.append(result.budget.describe())
     return lines
 
 
@@ -148,6 +150,7 @@ def show_json(
             "speedup_interval": list(speedup_interval) if speedup_interval else None,
             "gradient_accumulation_steps": result.gradient_accumulation_steps,
             "lr_note": result.lr_note(),
+            "budget": result.budget.to_dict() if result.budget is not None else None,
         },
         "diagnosis": [_diagnosis_json(d) for d in diagnoses],
         "error": None,

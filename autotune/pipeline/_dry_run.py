@@ -9,6 +9,7 @@ from typing import Any
 
 from autotune._format import format_duration
 from autotune.explore import readings_left, sweep_left
+from autotune.pipeline._budget import plan, record
 from autotune.pipeline._costs import PROBE_START_S, ProbeCost, SearchShape, stage_seconds
 from autotune.pipeline._setup import Setup, inputs, prepare
 from autotune.workload import SearchOptions
@@ -65,6 +66,8 @@ def _plan_lines(
         )
     )
     lines.append(_estimate(options, setup, user_space))
+    if options.budget is not None:
+        lines.append(_budget_line(options, options.budget, setup, user_space))
     return lines
 
 
@@ -91,3 +94,18 @@ def _estimate(options: SearchOptions, setup: Setup, user_space: Mapping[str, Any
         f"ceilings {format_duration(stages['ceilings'])}); trials that ASHA prunes end sooner"
     )
 
+
+def _budget_line(
+    options: SearchOptions, budget_s: float, setup: Setup, user_space: Mapping[str, Any]
+) -> str:
+    """The plan the budget would make, with a probe's start and step guessed: the search
+    plans again once its preflight has measured them."""
+    found = plan(
+        options,
+        budget_s=budget_s,
+        spent_s=PROBE_START_S,
+        shape=_shape(setup, user_space),
+        cost=ProbeCost.of(options),
+    )
+    planned = record(options, found, budget_s=budget_s, spent_s=PROBE_START_S)
+    return f"{planned.describe()} (planned again after the preflight)"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from autotune.decide import (
     measure_ceilings,
     planned_probes,
     round_length,
+    round_probes,
     run_ddp_stage,
 )
 from autotune.explore import (
@@ -35,6 +37,7 @@ from autotune.explore import (
     sweepable,
 )
 from autotune.machine import Machine
+from autotune.pipeline._budget import start_budget
 from autotune.pipeline._setup import inputs, prepare
 from autotune.probe import (
     Failure,
@@ -152,6 +155,7 @@ def _run_stages(
     progress: Progress,
     runner: Backend,
 ) -> SearchResult:
+    started = time.monotonic()
     setup = prepare(workload, user_space, options)
     placement, machine, device, space = setup.placement, setup.machine, setup.device, setup.space
     path, study_name = setup.path, setup.study_name
@@ -176,13 +180,25 @@ def _run_stages(
     meta = read_meta(study)
 
     progress.phase("preflight", f"one training step of the default loader on {device}")
-    info = preflight(single, workload)
+    info, probe_start_s = preflight(single, workload)
     check_same_workload(meta, machine, info, path, placement)
     space = fit_to_step(space, user_space, info.get("step_cpu_share"))
     if not meta:
         study.set_user_attr(
             META, study_meta(workload, machine, device, space, options, info, placement)
         )
+    options, deadline = start_budget(
+        options,
+        started=started,
+        probe_start_s=probe_start_s,
+        info=info,
+        space=space,
+        user_space=user_space,
+        study=study,
+        slots=len(slots),
+        ranks=placement.ranks,
+        progress=progress,
+    )
     bounds, compute_figures = (
         measure_bounds(single, space, study, progress) if options.bounds else (None, {})
     )
@@ -192,6 +208,7 @@ def _run_stages(
     most_workers = max(
         default_max_workers(placement.rank_cpus), worker_range.bound if worker_range else 0
     )
+    options = deadline.exploring(options, progress)
     parallel = f"; {len(slots)} at a time, {placement.describe()}" if len(slots) > 1 else ""
     progress.phase(
         "explore",
@@ -233,6 +250,9 @@ def _run_stages(
             f"{workload.origin()}: no config finished a probe; see the failures with "
             f"`autotune show {path}`."
         )
+    options = plan.options = deadline.confirming(
+        options, round_probes(plan, explored, baseline, info.get("torch_threads")), progress
+    )
     confirmed = confirm(
         runner,
         plan,
@@ -252,7 +272,7 @@ def _run_stages(
             winner=winner,
             finalists=list(confirmed.finalists),
             info=info,
-            options=options,
+            options=deadline.ddp(options, progress),
             progress=progress,
             user_batch_size=workload.batch_size,
             later=ceiling_probes,
@@ -272,7 +292,7 @@ def _run_stages(
             compute_figures,
             default_threads=info.get("torch_threads"),
         )
-        if options.ceilings
+        if deadline.keeps_ceilings(options, progress)
         else Ceilings(winner={}, baseline={}, loader_limit=None)
     )
     result = SearchResult(
@@ -291,6 +311,7 @@ def _run_stages(
         study_name=study.study_name,
         collate_fn=workload.collate_fn,
         ddp=ddp,
+        budget=deadline.plan,
         **confirmed.confirmation(),
     )
     study.set_user_attr(RESULT, result.to_dict())
@@ -299,16 +320,17 @@ def _run_stages(
 
 
 # --------------------------------------------------------------------- stages
-def preflight(template: ProbeRequest, workload: Workload) -> dict[str, Any]:
+def preflight(template: ProbeRequest, workload: Workload) -> tuple[dict[str, Any], float]:
     """Build the dataset and model and run one step, so a broken workload fails in
-    one clear line before any trial; returns what was learned of the workload. The fork
-    server probes start from is started first, so that the preflight is a probe like
-    the others, the one-off import of the server not in it."""
+    one clear line before any trial; returns what was learned of the workload, and the
+    probe's wall seconds: about what any probe costs before its first window, since the
+    fork server probes start from is started first, its one-off import not in them."""
     start_probe_server()
+    started = time.monotonic()
     result = run_probe(dataclasses.replace(template, mode="check"))
     if result.failure is not None:
         raise WorkloadError(_workload_message(workload, result.failure, every_config=False))
-    return result.info
+    return result.info, time.monotonic() - started
 
 
 def warm_starts(

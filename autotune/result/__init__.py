@@ -1,8 +1,9 @@
 """The result: the chosen settings with the measurements that chose them, as data and
-as code (the DDP launch line included)."""
+as code (the DDP launch line included), and the time budget it was chosen in."""
 
+from autotune.result._budget import BudgetPlan
 from autotune.result._confirmation import Confirmation
 from autotune.result._ddp import DdpMeasurement, DdpResult
 from autotune.result._result import SearchResult
 
-__all__ = ["Confirmation", "DdpMeasurement", "DdpResult", "SearchResult"]
+__all__ = ["BudgetPlan", "Confirmation", "DdpMeasurement", "DdpResult", "SearchResult"]

@@ -18,6 +18,7 @@ from autotune._format import format_rate
 from autotune._noise import LogSpread
 from autotune.machine import Machine
 from autotune.probe import Figures, Measurement
+from autotune.result._budget import BudgetPlan
 from autotune.result._confirmation import Confirmation
 from autotune.result._ddp import DdpResult
 from autotune.result._launch import accumulation_steps, lr_note
@@ -64,6 +65,8 @@ class SearchResult(Confirmation):
     ddp: DdpResult | None = None
     """With several ranks: the DDP settings (world size, batches, DDP keywords, torchrun
     line) and what the DDP probes measured; ``settings`` are then per rank."""
+    budget: BudgetPlan | None = None
+    """With a time budget: how the stages were planned to fit it, and what was left out."""
 
     # ----------------------------------------------------------------- figures
     @property
@@ -266,6 +269,7 @@ class SearchResult(Confirmation):
             "workload": self.workload,
             "study": {"path": self.study_path, "name": self.study_name},
             "ddp": self.ddp.to_dict() if self.ddp else None,
+            "budget": self.budget.to_dict() if self.budget else None,
         }
 
     @classmethod
@@ -308,6 +312,7 @@ class SearchResult(Confirmation):
             study_path=study.get("path"),
             study_name=study.get("name"),
             ddp=DdpResult.from_dict(data["ddp"]) if data.get("ddp") else None,
+            budget=BudgetPlan.from_dict(data["budget"]) if data.get("budget") else None,
         )
 
     @classmethod
