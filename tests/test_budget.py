@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import statistics
 
 import optuna
 import pytest
@@ -216,6 +217,24 @@ def test_the_ceilings_are_skipped_when_the_rounds_overran() -> None:
     assert said.lines[-1] == "budget: 0:10 left; left out: the ceilings"
     clock.now = 230.0
     assert deadline.keeps_ceilings(options, said)
+
+
+def test_a_probes_start_is_what_this_searchs_trials_took_beyond_their_windows(
+    saved_study,
+) -> None:
+    measured = SearchOptions(window_seconds=0.1, warmup_seconds=0.05, max_windows=3)
+    cost = ProbeCost.of(measured, start_s=30.0)  # a preflight far slower than a probe
+    study = optuna.create_study(direction="maximize")
+    deadline = Deadline(1000.0, started=0.0, shape=SHAPE, cost=cost, study=study, clock=Clock())
+    deadline.first_plan(measured, Messages())
+    source = optuna.load_study(study_name="small", storage=f"sqlite:///{saved_study}")
+    for trial in source.get_trials():
+        study.add_trial(trial)  # as if this search had run them
+    deadline.confirming(measured, 7, Messages())
+    ran = [r for r in records(study) if r.probed and r.failure is None and r.figures]
+    beyond = sorted(r.duration_s - 0.05 - 0.1 * len(r.figures.windows) for r in ran)
+    assert len(ran) >= 3 and 0 < beyond[0] <= deadline.cost.start_s <= beyond[-1] < 30
+    assert deadline.cost.start_s == pytest.approx(statistics.median(beyond))
 
 
 def test_without_a_budget_every_check_gives_the_options_back() -> None:

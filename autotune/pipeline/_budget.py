@@ -25,6 +25,7 @@ and the plan says so.
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -37,6 +38,7 @@ from autotune.pipeline._costs import STAGES, ProbeCost, SearchShape, stage_secon
 from autotune.progress import Progress
 from autotune.result import BudgetPlan
 from autotune.space import Space
+from autotune.study import records
 from autotune.workload import SearchOptions
 
 MIN_TRIALS = 3
@@ -201,6 +203,7 @@ class Deadline:
         started: float,
         shape: SearchShape,
         cost: ProbeCost,
+        study: optuna.Study | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.budget_s = budget_s
@@ -212,6 +215,9 @@ class Deadline:
         """The plan and what was left out; None without a budget."""
         self.given: SearchOptions | None = None
         """The user's options, which every plan starts from."""
+        self.study = study
+        """Where this search's trials go: what they took corrects a probe's cost."""
+        self._first_trial = len(study.trials) if study is not None else 0
         self._overrun = False
 
     def spent(self) -> float:
@@ -265,6 +271,28 @@ class Deadline:
         """Whether the ceilings stage runs: on in ``options``, and in time."""
         return self._replan(options, {*STAGES} - {"ceilings"}, progress).ceilings
 
+    def _learn(self) -> None:
+        """A probe's start as this search's trials took it: the median of what each ran
+        beyond its warm-up and windows. The preflight timed one probe; the trials time
+        them on the machine as it is loaded now, teardown included."""
+        if self.study is None:
+            return
+        overheads = [
+            record.duration_s
+            - self.cost.warmup_s
+            - len(record.figures.windows) * self.cost.window_s
+            for record in records(self.study)
+            if record.number >= self._first_trial
+            and record.probed
+            and record.failure is None
+            and record.figures is not None
+            and record.duration_s is not None
+        ]
+        if overheads:
+            self.cost = dataclasses.replace(
+                self.cost, start_s=max(0.0, statistics.median(overheads))
+            )
+
     def _shape(self, done: set[str], round_probes: int | None = None) -> SearchShape:
         return dataclasses.replace(
             self.shape,
@@ -284,6 +312,7 @@ class Deadline:
         time left, in the plan's order; what changed recorded and said in one line."""
         if self.budget_s is None or self.plan is None or self.given is None:
             return options
+        self._learn()
         spent = self.spent()
         ahead = [name for stage, names in _READS.items() if stage not in done for name in names]
         found = plan(
@@ -337,5 +366,7 @@ def start_budget(
         ddp_info=info if ranks > 1 else None,
     )
     cost = ProbeCost.of(options, start_s=probe_start_s, step_s=float(info.get("step_s") or 0.0))
-    deadline = Deadline(options.budget, started=started, shape=shape, cost=cost, clock=clock)
+    deadline = Deadline(
+        options.budget, started=started, shape=shape, cost=cost, study=study, clock=clock
+    )
     return deadline.first_plan(options, progress), deadline
