@@ -34,10 +34,12 @@ class SearchOptions:
     budget: float | None = None
     """Seconds the whole search may take (or "90s", "2m", "1m30s"); by default no limit.
 
-    After the preflight, the stages are planned to fit: the ceilings, the runoff, the
-    bounds, rounds, finalists and trials are given up in that order (one confirming round
-    of the finalists beside the default loader always runs), and the search says what it
-    left out. A later stage that would overrun is shortened or skipped."""
+    After the preflight, the stages are planned to fit, giving up what harms the choice
+    least first: the ceilings, the runoff, rounds past two, the bounds, trials, rounds
+    past one, finalists (one confirming round of the finalists beside the default loader
+    always runs); the search says what it left out. Before each later stage the stages
+    left are planned again into the time left, so one that would overrun is shortened or
+    skipped."""
     study: str | None = None
     """Study name (saved as studies/NAME.db) or a .db path; by default the config's name."""
     resume: bool = False
