@@ -36,7 +36,7 @@ if _typing.TYPE_CHECKING:  # the same names as __all__ (a test checks)
     from autotune.pipeline import search
     from autotune.probe import Measurement
     from autotune.progress import LineProgress, LiveProgress, Progress, QuietProgress
-    from autotune.result import DdpMeasurement, DdpResult, SearchResult
+    from autotune.result import BudgetPlan, DdpMeasurement, DdpResult, SearchResult
     from autotune.settings import EchoLoader, Settings, fix_allocator
     from autotune.workload import SearchOptions, Workload
 
@@ -44,6 +44,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AutotuneError",
+    "BudgetPlan",
     "ConfigError",
     "DdpMeasurement",
     "DdpResult",

@@ -31,6 +31,7 @@ SEARCH_EXAMPLES = """examples:
   autotune search examples/quickstart.py                 tune, print the best, save the study
   autotune search examples/quickstart.py --dry-run       the space, budget and time, no trial
   autotune search train.py --trials 48 --seed 0          a longer, repeatable search
+  autotune search train.py --budget 2m                   plan the stages to fit two minutes
   autotune search train.py --study runs/a.db --resume    continue a saved study
   autotune search train.py --gpus 0,1                    tune DDP ranks on two GPUs
   autotune search train.py --window-seconds 1.0 --tolerance 0.05   a noisy machine
@@ -46,6 +47,7 @@ EXIT_BROKEN_PIPE = 141
 SEARCH_FLAGS: dict[str, dict[str, Any]] = {
     "trials": {},
     "timeout": {},
+    "budget": {"type": str, "metavar": "TIME"},
     "study": {},
     "seed": {},
     "resume": {},
@@ -64,8 +66,8 @@ SEARCH_FLAGS: dict[str, dict[str, Any]] = {
 }
 """The SearchOptions fields that ``autotune search`` takes as flags (``--max-windows`` for
 ``max_windows``), with the argparse keywords their type does not give: a value the command
-line reads as text (``"4GiB"``, ``"0,1"``) or a shorter metavar. The help, the type, the
-choices and the default come from the field itself."""
+line reads as text (``"4GiB"``, ``"0,1"``, ``"1m30s"``) or a shorter metavar. The help, the
+type, the choices and the default come from the field itself."""
 
 CONFIG_ONLY: dict[str, str] = {
     "min_windows": "it places ASHA's rungs with reduction_factor and max_windows, which are "

@@ -85,6 +85,7 @@ def test_each_flag_reaches_its_option_with_the_options_type(monkeypatch, write_c
     given = {
         "--trials": "5",
         "--timeout": "2.5",
+        "--budget": "1m30s",
         "--study": "runs/a.db",
         "--seed": "7",
         "--warm-start": "old.db",
@@ -103,6 +104,7 @@ def test_each_flag_reaches_its_option_with_the_options_type(monkeypatch, write_c
     expected: dict[str, Any] = {
         "trials": 5,
         "timeout": 2.5,
+        "budget": "1m30s",
         "study": "runs/a.db",
         "seed": 7,
         "resume": True,

@@ -4,7 +4,13 @@ the time goes."""
 
 from autotune.decide._ceilings import Ceilings, measure_ceilings
 from autotune.decide._choose import cost
-from autotune.decide._confirm import confirm, explored_candidates, most_confirmed, most_in_runoff
+from autotune.decide._confirm import (
+    confirm,
+    explored_candidates,
+    most_confirmed,
+    most_in_runoff,
+    round_probes,
+)
 from autotune.decide._ddp import planned_probes, run_ddp_stage
 from autotune.decide._diagnosis import Diagnosis, diagnose
 from autotune.decide._recheck import Recheck, earlier_answer, earlier_finalists, recheck
@@ -28,5 +34,6 @@ __all__ = [
     "recheck",
     "result_of",
     "round_length",
+    "round_probes",
     "run_ddp_stage",
 ]

@@ -148,6 +148,19 @@ def confirm(
     )
 
 
+def round_probes(
+    plan: ExplorePlan,
+    explored: list[Candidate],
+    baseline: Settings,
+    default_threads: int | None = None,
+) -> int:
+    """The probes of one confirming round :func:`confirm` would run from these explored
+    figures, finalists and default loader together: what a time budget weighs before the
+    rounds start."""
+    configs, _ = _finalist_settings(plan, explored, baseline, default_threads)
+    return len(interleaved(configs, baseline))
+
+
 @dataclasses.dataclass(frozen=True)
 class _Settled:
     """The runoff's finalists and the default loader, each with the first rounds and the

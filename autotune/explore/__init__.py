@@ -4,8 +4,15 @@ and prune the slow ones (embedded Optuna, Ray Tune), and the rules every trial f
 from __future__ import annotations
 
 from autotune.explore._backend import Backend, ExplorePlan
-from autotune.explore._bounds import MAX_COMBINATIONS, READINGS, Bounds, compute_key, measure_bounds
-from autotune.explore._worker_range import WorkerRange, measure_worker_range, sweepable
+from autotune.explore._bounds import (
+    MAX_COMBINATIONS,
+    READINGS,
+    Bounds,
+    compute_key,
+    measure_bounds,
+    readings_left,
+)
+from autotune.explore._worker_range import WorkerRange, measure_worker_range, sweep_left, sweepable
 
 
 def get_backend(name: str) -> Backend:
@@ -39,5 +46,7 @@ __all__ = [
     "get_backend",
     "measure_bounds",
     "measure_worker_range",
+    "readings_left",
+    "sweep_left",
     "sweepable",
 ]

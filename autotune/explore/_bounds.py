@@ -106,6 +106,46 @@ class Bounds:
         return best >= (1 - 2 * tolerance) * self.highest
 
 
+def readings_left(space: Space, study: optuna.Study | None = None) -> int:
+    """The probes :func:`measure_bounds` would run for ``space`` into ``study`` (None:
+    a new one): none for the readings the study holds, none at all above
+    :data:`MAX_COMBINATIONS`."""
+    configs = compute_configs(space)
+    if len(configs) > MAX_COMBINATIONS:
+        return 0
+    readings = _stored_readings(study, _stored_figures(study)) if study is not None else {}
+    return len(_readings_to_take(configs, readings))
+
+
+def _stored_figures(study: optuna.Study) -> dict[str, Figures]:
+    """The figures of each combination's highest reading the study holds, by key."""
+    stored: dict[str, Any] = dict(study.user_attrs.get(COMPUTE_CEILINGS) or {})
+    return {key: Figures.from_dict(data) for key, data in stored.items()}
+
+
+def _stored_readings(study: optuna.Study, figures: Mapping[str, Figures]) -> dict[str, list[float]]:
+    """The samples/s of every reading the study holds, by key."""
+    readings: dict[str, list[float]] = {
+        key: [float(rate) for rate in rates]
+        for key, rates in (study.user_attrs.get(COMPUTE_READINGS) or {}).items()
+    }
+    for key, found in figures.items():  # a study from before readings were counted
+        readings.setdefault(key, [found.samples_per_s])
+    return readings
+
+
+def _readings_to_take(
+    configs: list[Settings], readings: Mapping[str, list[float]]
+) -> list[Settings]:
+    """The readings still to take, one pass over the combinations after another."""
+    return [
+        settings
+        for done in range(READINGS)
+        for settings in configs
+        if len(readings.get(compute_key(settings), ())) <= done
+    ]
+
+
 def measure_bounds(
     template: ProbeRequest,
     space: Space,
@@ -127,20 +167,9 @@ def measure_bounds(
             "their compute ceilings first; exploring without bounds"
         )
         return None, {}
-    stored: dict[str, Any] = dict(study.user_attrs.get(COMPUTE_CEILINGS) or {})
-    figures = {key: Figures.from_dict(data) for key, data in stored.items()}
-    readings: dict[str, list[float]] = {
-        key: [float(rate) for rate in rates]
-        for key, rates in (study.user_attrs.get(COMPUTE_READINGS) or {}).items()
-    }
-    for key, found in figures.items():  # a study from before readings were counted
-        readings.setdefault(key, [found.samples_per_s])
-    todo = [
-        settings
-        for done in range(READINGS)
-        for settings in configs
-        if len(readings.get(compute_key(settings), ())) <= done
-    ]
+    figures = _stored_figures(study)
+    readings = _stored_readings(study, figures)
+    todo = _readings_to_take(configs, readings)
     if todo:
         combinations = len({compute_key(settings) for settings in todo})
         progress.phase(

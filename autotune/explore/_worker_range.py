@@ -163,6 +163,23 @@ def sweepable(space: Space, user_space: Mapping[str, object], bounds: Bounds | N
     )
 
 
+SWEEP_PROBES = 2
+"""The probes a sweep usually runs: the bound, then twice the workers, which did not pay
+or stopped below the model."""
+
+
+def sweep_left(
+    space: Space, user_space: Mapping[str, object], study: optuna.Study | None = None
+) -> int:
+    """About the probes :func:`measure_worker_range` will run into ``study`` (None: a new
+    one), before the bounds it needs are known: none when the user fixed the range or
+    the study holds the sweep."""
+    if "num_workers" in user_space or not isinstance(space.num_workers, IntRange):
+        return 0
+    stored = study is not None and study.user_attrs.get(WORKER_RANGE)
+    return 0 if stored else SWEEP_PROBES
+
+
 def measure_worker_range(
     template: ProbeRequest,
     space: Space,

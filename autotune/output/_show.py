@@ -56,8 +56,16 @@ def result_lines(result: SearchResult) -> list[str]:
         lines += result.ddp.describe()
     else:
         lines += result.batch_notes()
+    return lines + _time_lines(result)
+
+
+def _time_lines(result: SearchResult) -> list[str]:
+    """How long the search took, by stage, and the budget it was planned in."""
+    lines = []
     if result.search_time is not None:
         lines.append(f"search time: {result.search_time.describe()}")
+    if result.budget is not None:
+        lines.append(result.budget.describe())
     return lines
 
 
@@ -158,6 +166,7 @@ def show_json(
             "gradient_accumulation_steps": result.gradient_accumulation_steps,
             "lr_note": result.lr_note(),
             "search_time": result.search_time.to_dict() if result.search_time else None,
+            "budget": result.budget.to_dict() if result.budget is not None else None,
         },
         "diagnosis": [_diagnosis_json(d) for d in diagnoses],
         "error": None,

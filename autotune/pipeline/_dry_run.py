@@ -8,16 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from autotune._format import format_duration
-from autotune.decide import most_confirmed, most_in_runoff
-from autotune.explore import MAX_COMBINATIONS, READINGS
+from autotune.explore import readings_left, sweep_left
+from autotune.pipeline._budget import plan, record
+from autotune.pipeline._costs import PROBE_START_S, ProbeCost, SearchShape, stage_seconds
 from autotune.pipeline._setup import Setup, inputs, prepare
-from autotune.probe import reference_windows
 from autotune.workload import SearchOptions
-
-PROBE_START_S = 1.0
-"""About what a probe costs before its first batch: its process and the first batches."""
-CEILING_PROBES = 5
-"""Compute and data ceilings of the winner and the default, and the loader limit."""
 
 
 def dry_run(config: str | Path, *, device: str | None = None, **options: Any) -> list[str]:
@@ -70,27 +65,47 @@ def _plan_lines(
             else ""
         )
     )
-    lines.append(_estimate(options, space.size(), len(setup.placement.slots())))
+    lines.append(_estimate(options, setup, user_space))
+    if options.budget is not None:
+        lines.append(_budget_line(options, options.budget, setup, user_space))
     return lines
 
 
-def _estimate(options: SearchOptions, space_size: int, slots: int) -> str:
-    """The most the search should take: every trial run in full, one slot at a time."""
-    window = options.window_seconds
-    full = PROBE_START_S + options.warmup_seconds + options.max_windows * window
-    short = PROBE_START_S + options.warmup_seconds + reference_windows(options.max_windows) * window
-    bounds = min(MAX_COMBINATIONS, space_size) * READINGS * short if options.bounds else 0.0
-    explore = min(options.trials, space_size) * full
-    if options.timeout is not None:
-        explore = min(explore, options.timeout + full)
-    confirm = (
-        most_confirmed(options.finalists) * options.rounds
-        + most_in_runoff() * options.runoff_rounds
-    ) * full
-    ceilings = CEILING_PROBES * full if options.ceilings else 0.0
-    total = bounds + (explore + confirm) / max(1, slots) + ceilings
+def _shape(setup: Setup, user_space: Mapping[str, Any]) -> SearchShape:
+    """The stages' sizes of a new study, the DDP stage's unknown before the preflight."""
+    return SearchShape(
+        bound_probes=readings_left(setup.space),
+        sweep_probes=sweep_left(setup.space, user_space),
+        slots=len(setup.placement.slots()),
+    )
+
+
+def _estimate(options: SearchOptions, setup: Setup, user_space: Mapping[str, Any]) -> str:
+    """The most the search should take: every trial run in full, and the widest
+    confirming rounds."""
+    shape = _shape(setup, user_space)
+    stages = stage_seconds(shape, options, ProbeCost.of(options), at_most=True)
+    bounds = stages["bounds"] + stages["workers"]
+    confirm = stages["confirm"] + stages["runoff"]
+    total = PROBE_START_S + sum(stages.values())
     return (
         f"time: at most about {format_duration(total)} (bounds {format_duration(bounds)}, "
-        f"exploring {format_duration(explore)}, confirming {format_duration(confirm)}, "
-        f"ceilings {format_duration(ceilings)}); trials that ASHA prunes end sooner"
+        f"exploring {format_duration(stages['explore'])}, confirming {format_duration(confirm)}, "
+        f"ceilings {format_duration(stages['ceilings'])}); trials that ASHA prunes end sooner"
     )
+
+
+def _budget_line(
+    options: SearchOptions, budget_s: float, setup: Setup, user_space: Mapping[str, Any]
+) -> str:
+    """The plan the budget would make, with a probe's start and step guessed: the search
+    plans again once its preflight has measured them."""
+    found = plan(
+        options,
+        budget_s=budget_s,
+        spent_s=PROBE_START_S,
+        shape=_shape(setup, user_space),
+        cost=ProbeCost.of(options),
+    )
+    planned = record(options, found, budget_s=budget_s, spent_s=PROBE_START_S)
+    return f"{planned.describe()} (planned again after the preflight)"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from autotune.decide import (
     planned_probes,
     recheck,
     round_length,
+    round_probes,
     run_ddp_stage,
 )
 from autotune.explore import (
@@ -38,17 +40,20 @@ from autotune.explore import (
     sweepable,
 )
 from autotune.machine import Machine
+from autotune.pipeline._budget import start_budget
 from autotune.pipeline._setup import inputs, prepare
 from autotune.pipeline._starts import record_start, seeds_from
 from autotune.probe import (
     Failure,
+    Placement,
     ProbeRequest,
     WorkloadSource,
     refuse_while_bootstrapping,
     run_probe,
+    start_probe_server,
 )
 from autotune.progress import Progress, QuietProgress, StageClock
-from autotune.result import DdpResult, SearchResult
+from autotune.result import BudgetPlan, DdpResult, SearchResult
 from autotune.settings import Settings
 from autotune.space import Space, default_max_workers, fit_to_step
 from autotune.study import (
@@ -157,37 +162,39 @@ def _run_stages(
     progress: StageClock,
     runner: Backend,
 ) -> SearchResult:
+    started = time.monotonic()
     setup = prepare(workload, user_space, options)
     placement, machine, device, space = setup.placement, setup.machine, setup.device, setup.space
     path, study_name = setup.path, setup.study_name
     if options.resume and not path.exists():
         raise StudyError(f"--resume: there is no study at {path} to continue.")
     baseline = Settings(batch_size=workload.batch_size)
-    template = ProbeRequest(
-        source=_source(workload),
-        settings=baseline,
-        device=device,
-        window_seconds=options.window_seconds,
-        max_windows=options.max_windows,
-        warmup_seconds=options.warmup_seconds,
-        stall_timeout=options.trial_timeout,
-        # Trials run side by side, one per rank's slot: each gets its share of the RAM.
-        memory_limit=options.memory_limit or _default_memory_limit() // placement.ranks,
-        seed=options.seed or 0,
-    )
+    template = _template(workload, options, device, placement.ranks)
     slots = placement.slots()
     single = slots[0].apply(template)  # one rank's share of the node
     study = open_study(path, study_name, create=True)
     meta = read_meta(study)
 
     progress.phase("preflight", f"one training step of the default loader on {device}")
-    info = preflight(single, workload)
+    info, probe_start_s = preflight(single, workload)
     check_same_workload(meta, machine, info, path, placement)
     space = fit_to_step(space, user_space, info.get("step_cpu_share"))
     if not meta:
         study.set_user_attr(
             META, study_meta(workload, machine, device, space, options, info, placement)
         )
+    options, deadline = start_budget(
+        options,
+        started=started,
+        probe_start_s=probe_start_s,
+        info=info,
+        space=space,
+        user_space=user_space,
+        study=study,
+        slots=len(slots),
+        ranks=placement.ranks,
+        progress=progress,
+    )
     bounds, compute_figures = (
         measure_bounds(single, space, study, progress) if options.bounds else (None, {})
     )
@@ -218,23 +225,16 @@ def _run_stages(
         bounds=bounds,
         slots=slots if len(slots) > 1 else (),
     )
-    held = _recheck(runner, plan, baseline, progress, info=info, workload=workload)
+    held = _recheck(
+        runner, plan, baseline, progress, info=info, workload=workload, budget=deadline.plan
+    )
     if held is not None:
         return held
-    parallel = f"; {len(slots)} at a time, {placement.describe()}" if len(slots) > 1 else ""
-    progress.phase(
-        "explore",
-        f"{options.trials} trials into {path} (space of {space.size()} configs{parallel}; "
-        + "; ".join(space.notes)
-        + ")",
-    )
+    options = plan.options = deadline.exploring(options, progress)
     # Later: the finalists and the default loader re-measured (the default beside every
     # two; a runoff, when one runs, is counted once it starts), the DDP probes, the ceilings.
     later = round_length(options.finalists) * options.rounds + ddp_probes + ceiling_probes
-    progress.plan("explore", options.trials, options.timeout, later=later)
-    runner.explore(plan)
-    if plan.fatal is not None:
-        raise WorkloadError(_workload_message(workload, plan.fatal, every_config=True))
+    _explore(runner, plan, workload, path, placement, later=later)
 
     explored = explored_candidates(study, space)
     if not explored:
@@ -242,6 +242,9 @@ def _run_stages(
             f"{workload.origin()}: no config finished a probe; see the failures with "
             f"`autotune show {path}`."
         )
+    options = plan.options = deadline.confirming(
+        options, round_probes(plan, explored, baseline, info.get("torch_threads")), progress
+    )
     confirmed = confirm(
         runner,
         plan,
@@ -261,7 +264,7 @@ def _run_stages(
             winner=winner,
             finalists=list(confirmed.finalists),
             info=info,
-            options=options,
+            options=deadline.ddp(options, progress),
             progress=progress,
             user_batch_size=workload.batch_size,
             later=ceiling_probes,
@@ -281,7 +284,7 @@ def _run_stages(
             compute_figures,
             default_threads=info.get("torch_threads"),
         )
-        if options.ceilings
+        if deadline.keeps_ceilings(options, progress)
         else Ceilings(winner={}, baseline={}, loader_limit=None)
     )
     result = SearchResult(
@@ -301,6 +304,7 @@ def _run_stages(
         collate_fn=workload.collate_fn,
         ddp=ddp,
         search_time=progress.stop(continued=bool(meta)),
+        budget=deadline.plan,
         **confirmed.confirmation(),
     )
     study.set_user_attr(RESULT, result.to_dict())
@@ -309,6 +313,31 @@ def _run_stages(
 
 
 # --------------------------------------------------------------------- stages
+def _explore(
+    runner: Backend,
+    plan: ExplorePlan,
+    workload: Workload,
+    path: Path,
+    placement: Placement,
+    *,
+    later: int,
+) -> None:
+    """Announce the exploration and run it; raises WorkloadError when every config failed
+    the same way."""
+    options, space = plan.options, plan.space
+    parallel = f"; {len(plan.slots)} at a time, {placement.describe()}" if plan.slots else ""
+    plan.progress.phase(
+        "explore",
+        f"{options.trials} trials into {path} (space of {space.size()} configs{parallel}; "
+        + "; ".join(space.notes)
+        + ")",
+    )
+    plan.progress.plan("explore", options.trials, options.timeout, later=later)
+    runner.explore(plan)
+    if plan.fatal is not None:
+        raise WorkloadError(_workload_message(workload, plan.fatal, every_config=True))
+
+
 def _seeds(
     options: SearchOptions,
     study: optuna.Study,
@@ -338,6 +367,7 @@ def _recheck(
     *,
     info: dict[str, Any],
     workload: Workload,
+    budget: BudgetPlan | None,
 ) -> SearchResult | None:
     """Measure the study's earlier answer again, unless the search resumes exploring or
     runs trials side by side; the result to end the search with when it holds, None when
@@ -365,19 +395,24 @@ def _recheck(
         workload=info,
         collate_fn=workload.collate_fn,
         search_time=progress.stop(continued=True),
+        budget=budget,
     )
     study.set_user_attr(RESULT, result.to_dict())
     progress.phase("done", _summary(result))
     return result
 
 
-def preflight(template: ProbeRequest, workload: Workload) -> dict[str, Any]:
+def preflight(template: ProbeRequest, workload: Workload) -> tuple[dict[str, Any], float]:
     """Build the dataset and model and run one step, so a broken workload fails in
-    one clear line before any trial; returns what was learned of the workload."""
+    one clear line before any trial; returns what was learned of the workload, and the
+    probe's wall seconds: about what any probe costs before its first window, since the
+    fork server probes start from is started first, its one-off import not in them."""
+    start_probe_server()
+    started = time.monotonic()
     result = run_probe(dataclasses.replace(template, mode="check"))
     if result.failure is not None:
         raise WorkloadError(_workload_message(workload, result.failure, every_config=False))
-    return result.info
+    return result.info, time.monotonic() - started
 
 
 def warm_starts(
@@ -465,6 +500,22 @@ def warm_starts(
 
 
 # --------------------------------------------------------------------- helpers
+def _template(workload: Workload, options: SearchOptions, device: str, ranks: int) -> ProbeRequest:
+    """The probe every trial starts from: the default loader, measured as ``options`` say."""
+    return ProbeRequest(
+        source=_source(workload),
+        settings=Settings(batch_size=workload.batch_size),
+        device=device,
+        window_seconds=options.window_seconds,
+        max_windows=options.max_windows,
+        warmup_seconds=options.warmup_seconds,
+        stall_timeout=options.trial_timeout,
+        # Trials run side by side, one per rank's slot: each gets its share of the RAM.
+        memory_limit=options.memory_limit or _default_memory_limit() // ranks,
+        seed=options.seed or 0,
+    )
+
+
 def _leading_model(bounds: Bounds | None, worker_range: WorkerRange | None) -> Settings | None:
     if bounds is None:
         return None

@@ -18,6 +18,7 @@ from autotune.probe._runner import (
     preload_in_probes,
     refuse_while_bootstrapping,
     run_probe,
+    start_probe_server,
 )
 
 __all__ = [
@@ -41,4 +42,5 @@ __all__ = [
     "refuse_while_bootstrapping",
     "run_probe",
     "shm_shortfall",
+    "start_probe_server",
 ]

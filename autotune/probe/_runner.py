@@ -59,6 +59,19 @@ def probe_context() -> BaseContext:
     return _context
 
 
+def start_probe_server() -> None:
+    """Start the fork server probes start from now, rather than at the first probe: it
+    imports torch once a search (seconds), which a search's estimate of what one probe
+    costs must not read as a probe's. Nothing to start where probes spawn."""
+    context = probe_context()
+    if context.get_start_method() == "forkserver":
+        # The server forks a process only once it has imported its preloads: one that
+        # does nothing (a builtin, so it unpickles without an import) waits for them.
+        process = context.Process(target=int, daemon=True)  # type: ignore[attr-defined]
+        process.start()
+        process.join()
+
+
 def preload_in_probes(modules: Iterable[str]) -> None:
     """Import ``modules`` once, in the fork server probes start from, rather than in each
     probe: for workloads whose pieces unpickle into a framework that takes seconds to

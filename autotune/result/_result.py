@@ -18,6 +18,7 @@ from autotune._format import format_rate
 from autotune._noise import LogSpread
 from autotune.machine import Machine
 from autotune.probe import Figures, Measurement
+from autotune.result._budget import BudgetPlan
 from autotune.result._confirmation import Confirmation
 from autotune.result._ddp import DdpResult
 from autotune.result._launch import accumulation_steps, lr_note
@@ -68,6 +69,8 @@ class SearchResult(Confirmation):
     search_time: SearchTime | None = None
     """How long the search that chose it took, by stage; None for a study written before
     it was kept, and for a choice made online."""
+    budget: BudgetPlan | None = None
+    """With a time budget: how the stages were planned to fit it, and what was left out."""
 
     # ----------------------------------------------------------------- figures
     @property
@@ -271,6 +274,7 @@ class SearchResult(Confirmation):
             "study": {"path": self.study_path, "name": self.study_name},
             "ddp": self.ddp.to_dict() if self.ddp else None,
             "search_time": self.search_time.to_dict() if self.search_time else None,
+            "budget": self.budget.to_dict() if self.budget else None,
         }
 
     @classmethod
@@ -316,6 +320,7 @@ class SearchResult(Confirmation):
             search_time=(
                 SearchTime.from_dict(data["search_time"]) if data.get("search_time") else None
             ),
+            budget=BudgetPlan.from_dict(data["budget"]) if data.get("budget") else None,
         )
 
     @classmethod

@@ -31,6 +31,15 @@ class SearchOptions:
     and spends none of the budget."""
     timeout: float | None = None
     """Seconds after which no new exploration trial starts; by default no limit."""
+    budget: float | None = None
+    """Seconds the whole search may take (or "90s", "2m", "1m30s"); by default no limit.
+
+    After the preflight, the stages are planned to fit, giving up what harms the choice
+    least first: the ceilings, the runoff, rounds past two, the bounds, trials, rounds
+    past one, finalists (one confirming round of the finalists beside the default loader
+    always runs); the search says what it left out. Before each later stage the stages
+    left are planned again into the time left, so one that would overrun is shortened or
+    skipped."""
     study: str | None = None
     """Study name (saved as studies/NAME.db) or a .db path; by default the config's name."""
     resume: bool = False
@@ -156,8 +165,12 @@ class SearchOptions:
                 f"search option runoff_rounds is {self.runoff_rounds!r}; expected a whole "
                 "number >= 0 (0: no runoff)."
             )
-        if self.timeout is not None and self.timeout <= 0:
-            raise ConfigError(f"search option timeout is {self.timeout!r}; expected seconds > 0.")
+        for name in ("timeout", "budget"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | float) or value <= 0
+            ):
+                raise ConfigError(f"search option {name} is {value!r}; expected seconds > 0.")
         if not 0 <= self.tolerance < 1:
             raise ConfigError(
                 f"search option tolerance is {self.tolerance!r}; expected a fraction in [0, 1)."
@@ -216,6 +229,8 @@ class SearchOptions:
         values.update({k: v for k, v in overrides.items() if v is not None})
         if "memory_limit" in values and values["memory_limit"] is not None:
             values["memory_limit"] = parse_bytes(values["memory_limit"])
+        if values.get("budget") is not None:
+            values["budget"] = parse_duration(values["budget"], "budget")
         try:
             return cls(**values)
         except TypeError as error:
@@ -260,4 +275,25 @@ def parse_bytes(value: int | str) -> int:
             return int(float(match.group(1)) * _UNITS[match.group(2)])
     raise ConfigError(
         f"memory_limit is {value!r}; expected a number of bytes or a size such as '4GiB'."
+    )
+
+
+_DURATION = re.compile(
+    r"(?:(?P<h>[0-9]*\.?[0-9]+)h)?(?:(?P<m>[0-9]*\.?[0-9]+)m(?:in)?)?(?:(?P<s>[0-9]*\.?[0-9]+)s?)?"
+)
+
+
+def parse_duration(value: float | str, name: str) -> float:
+    """Seconds from a number or a string such as "90", "90s", "2m" (or "2min"), "1m30s", "1h"; the
+    command line gives every value as text, and a budget reads best in minutes."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        match = _DURATION.fullmatch(value.strip().lower().replace(" ", ""))
+        if match and any(match.groupdict().values()):
+            parts = {unit: float(found or 0) for unit, found in match.groupdict().items()}
+            return parts["h"] * 3600 + parts["m"] * 60 + parts["s"]
+    raise ConfigError(
+        f"search option {name} is {value!r}; expected seconds (90) or a duration such as "
+        "'90s', '2m' or '1m30s'."
     )

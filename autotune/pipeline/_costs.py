@@ -1,0 +1,119 @@
+"""What a search's stages cost in time: a probe's seconds from the probe settings (its
+start, its warm-up, its windows), times the probes each stage runs. The dry run's
+estimate and a time budget's plan both read it, so that the two cannot disagree."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from autotune.decide import most_confirmed, most_in_runoff, planned_probes, round_length
+from autotune.probe import reference_windows
+from autotune.workload import SearchOptions
+
+PROBE_START_S = 1.0
+"""About what a probe costs before its first batch, when no preflight has measured it:
+its process, the workload built, the first batches."""
+CEILING_PROBES = 5
+"""Compute and data ceilings of the winner and the default, and the loader limit."""
+STAGES = ("bounds", "workers", "explore", "confirm", "runoff", "ddp", "ceilings")
+"""The stages after the preflight, in the order they run (the progress phases' names)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeCost:
+    """Seconds of one probe: before its first batch, its warm-up, and one window."""
+
+    start_s: float
+    warmup_s: float
+    window_s: float
+
+    @classmethod
+    def of(
+        cls, options: SearchOptions, *, start_s: float = PROBE_START_S, step_s: float = 0.0
+    ) -> ProbeCost:
+        """The probe of ``options``, with ``start_s`` before its first batch and training
+        steps of ``step_s``: a window and the warm-up end on a whole step, so a step
+        longer than either sets its length."""
+        return cls(
+            start_s=start_s,
+            warmup_s=max(options.warmup_seconds, step_s),
+            window_s=max(options.window_seconds, step_s),
+        )
+
+    def seconds(self, windows: float) -> float:
+        """A probe of ``windows`` windows, start and warm-up included."""
+        return self.start_s + self.warmup_s + windows * self.window_s
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SearchShape:
+    """What the stages' sizes depend on besides the options: the probes the bounds and
+    the worker sweep still need (with bounds on), the slots that run trials side by side,
+    and with several ranks the preflight's figures the DDP stage's size reads."""
+
+    bound_probes: int = 0
+    sweep_probes: int = 0
+    slots: int = 1
+    ddp_info: Mapping[str, Any] | None = None
+    """The preflight's figures with several ranks; None: one rank, no DDP stage."""
+    round_probes: int | None = None
+    """A confirming round's probes once the finalists are known; None: estimated from
+    the ``finalists`` option."""
+    done: frozenset[str] = frozenset()
+    """Stages that have run: they cost nothing more."""
+
+
+def trial_windows(options: SearchOptions) -> float:
+    """The windows an explored trial runs on average where ASHA prunes: every trial runs
+    to the second rung (the first trials are judged only from there, and a rung holding
+    few figures promotes most of them), and each rung after keeps
+    1/``reduction_factor`` of those that reached the one before."""
+    factor, last = options.reduction_factor, options.max_windows
+    reached = min(options.min_windows * factor, last)
+    windows, share, rung = float(reached), 1.0, reached
+    while reached < last:
+        share /= factor
+        rung *= factor
+        windows += share * (min(rung, last) - reached)
+        reached = min(rung, last)
+    return windows
+
+
+def stage_seconds(
+    shape: SearchShape, options: SearchOptions, cost: ProbeCost, *, at_most: bool = False
+) -> dict[str, float]:
+    """Seconds of each stage after the preflight, by the names of :data:`STAGES`.
+
+    ``at_most``: every trial run in full and the widest confirming round, the most the
+    search should take (the dry run's figure); otherwise what pruning and the usual
+    finalists make of it, which a budget plans with. The runoff counts in full either
+    way, though it runs only when the rounds leave a close race.
+    """
+    full = cost.seconds(options.max_windows)
+    short = cost.seconds(reference_windows(options.max_windows))
+    slots = max(1, shape.slots)
+    windows = options.max_windows if at_most else trial_windows(options)
+    explore = options.trials * cost.seconds(windows) / slots
+    if options.timeout is not None:
+        explore = min(explore, options.timeout + full)
+    if shape.round_probes is not None:
+        per_round = shape.round_probes
+    elif at_most:
+        per_round = most_confirmed(options.finalists)
+    else:  # the finalists and the fastest config measured in full, beside the default
+        per_round = round_length(options.finalists + 1)
+    ddp = 0
+    if shape.ddp_info is not None:
+        ddp = planned_probes(dict(shape.ddp_info), options, options.finalists)
+    seconds = {
+        "bounds": shape.bound_probes * short if options.bounds else 0.0,
+        "workers": shape.sweep_probes * short if options.bounds else 0.0,
+        "explore": explore,
+        "confirm": per_round * options.rounds * full / slots,
+        "runoff": most_in_runoff() * options.runoff_rounds * full / slots,
+        "ddp": ddp * full,
+        "ceilings": CEILING_PROBES * short if options.ceilings else 0.0,
+    }
+    return {stage: 0.0 if stage in shape.done else s for stage, s in seconds.items()}
