@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from autotune.explore._backend import Backend, ExplorePlan
 from autotune.explore._bounds import MAX_COMBINATIONS, READINGS, Bounds, compute_key, measure_bounds
+from autotune.explore._hangs import WorkerHang, worker_hang
 from autotune.explore._worker_range import WorkerRange, measure_worker_range, sweepable
 
 
@@ -34,10 +35,12 @@ __all__ = [
     "Backend",
     "Bounds",
     "ExplorePlan",
+    "WorkerHang",
     "WorkerRange",
     "compute_key",
     "get_backend",
     "measure_bounds",
     "measure_worker_range",
     "sweepable",
+    "worker_hang",
 ]
