@@ -11,7 +11,15 @@ import optuna
 import pytest
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.explore import ExplorePlan, worker_hang
+from autotune.explore import (
+    Bounds,
+    ExplorePlan,
+    WorkerRange,
+    _worker_range,
+    compute_key,
+    measure_worker_range,
+    worker_hang,
+)
 from autotune.explore._hangs import HUNG_CONFIGS, HangWatch, WorkerHang
 from autotune.explore._rules import TrialRules
 from autotune.explore._trials import fixed_trial, group_attrs
@@ -288,3 +296,28 @@ def test_a_finalist_that_failed_in_a_confirming_round_is_not_measured_again() ->
     }
     # The default loader, and a finalist that failed only now, are measured as usual.
     assert ends[(1, 0)]["kind"] == "timeout" and ends[(1, 2)]["kind"] == "timeout"
+
+
+def test_the_loader_alone_hanging_before_exploring_is_one_config_that_hung(monkeypatch) -> None:
+    monkeypatch.setattr(_worker_range, "run_probe", hung)
+    study = optuna.create_study(direction="maximize")
+    space = workers_space(IntRange(0, 4))
+    bounds = Bounds({compute_key(loader(0)): 1000.0}, {compute_key(loader(0)): loader(0)})
+    template = ProbeRequest(source=WorkloadSource(), settings=loader(0), device="cpu")
+    _, found = measure_worker_range(template, space, bounds, study, Lines())
+    assert found.hung == {4: STALL}
+    assert WorkerRange.from_dict(found.to_dict()) == found
+    assert worker_hang(study) is None  # one hang alone proves nothing
+    rules = TrialRules(explore_plan(study, space), exploring=True, backend="optuna")
+    run_trial(rules, loader(2), hung)
+    assert rules.hangs.found == WorkerHang(workers=2, trials=(0,), stall=STALL, loader_alone=(4,))
+    assert rules.plan.progress.lines == [
+        "the loader alone with 4 workers and trial #0 hung in DataLoader workers (no first "
+        "batch within 60 s) and no config with as many workers delivered a batch: configs "
+        "with 2 or more workers would hang the same way, so the search goes on with at most 1"
+    ]
+
+
+def test_a_worker_range_stored_before_hangs_were_kept_reads_back_without_any() -> None:
+    stored = {"rates": {"8": 1000.0}, "bound": 8, "ceiling": 5000.0}
+    assert WorkerRange.from_dict(stored) == WorkerRange({8: 1000.0}, 8, 5000.0)

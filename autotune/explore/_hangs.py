@@ -9,18 +9,18 @@ process, a worker start-up slower than the timeout): every such config would
 wait out the timeout again, for nothing. They are ruled out, the search goes on
 with fewer workers, and when the space holds no config with fewer, it ends.
 
-The evidence is read from the study's trials, so a resumed search, and the
-confirming rounds after exploration, rule out the same region.
+The loader alone timing out with workers before exploring (the worker sweep) counts
+as one such config. The evidence is read from the study, so a resumed search, and
+the confirming rounds after exploration, rule out the same region.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
 
 import optuna
-from optuna.trial import FrozenTrial
 
+from autotune.explore._worker_range import WORKER_RANGE, WorkerRange, stall_of
 from autotune.probe import Failure
 from autotune.settings import Settings
 from autotune.space import Choices, Domain, Fixed, IntRange, Space
@@ -42,6 +42,9 @@ class WorkerHang:
     """The numbers of the trials that hung, one per config, oldest first."""
     stall: str
     """What the first of them timed out on ("no first batch within 60 s")."""
+    loader_alone: tuple[int, ...] = ()
+    """The worker counts at which the loader alone hung, before exploring (the sweep of
+    :mod:`autotune.explore._worker_range`)."""
 
     def covers(self, settings: Settings) -> bool:
         """Whether ``settings`` has workers enough to hang the same way."""
@@ -54,10 +57,12 @@ class WorkerHang:
         return f"configs with {self.workers} or more workers"
 
     def evidence(self) -> str:
-        """Which trials hung, and how."""
-        numbers = [f"#{n}" for n in self.trials]
-        listed = ", ".join(numbers[:-1]) + f" and {numbers[-1]}"
-        return f"trials {listed} hung in DataLoader workers ({self.stall})"
+        """Which probes hung, and how."""
+        probes = [f"the loader alone with {n} worker{'s' * (n > 1)}" for n in self.loader_alone]
+        if self.trials:
+            trials = "trial" if len(self.trials) == 1 else "trials"
+            probes.append(f"{trials} {_listed([f'#{n}' for n in self.trials])}")
+        return f"{_listed(probes)} hung in DataLoader workers ({self.stall})"
 
     def ruling(self, space: Space) -> str:
         """The line a search of ``space`` shows when it rules the region out and goes on."""
@@ -92,6 +97,11 @@ class WorkerHang:
         return None if domain is None else dataclasses.replace(space, num_workers=domain)
 
 
+def _listed(items: list[str]) -> str:
+    """ "a", "a and b", "a, b and c"."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + f" and {items[-1]}"
+
+
 def _workers(domain: Domain) -> list[int]:
     """The worker counts of a num_workers ``domain``."""
     return [v for v in domain.values() if isinstance(v, int)]
@@ -110,21 +120,29 @@ def _fewer(domain: Domain, workers: int) -> Domain | None:
 
 
 class HangWatch:
-    """The configs with workers that hung and those that delivered a batch, trial by trial."""
+    """The configs with workers that hung and those that delivered a batch, probe by probe."""
 
     def __init__(self) -> None:
         self._hung: dict[str, tuple[int, int, str]] = {}
-        """By config: the first trial that timed out, its workers, and on what."""
+        """By config: the first trial that timed out (-1: the loader alone, before every
+        trial), its workers, and on what."""
         self._delivered: list[int] = []
         """The workers of every config that finished a probe (complete or pruned)."""
         self.found: WorkerHang | None = None
         """The region ruled out so far; None while nothing proves a hang."""
 
     @classmethod
-    def from_trials(cls, trials: Iterable[FrozenTrial]) -> HangWatch:
-        """The watch as the trials of a study (a resumed one's, exploration's) left it."""
+    def from_study(cls, study: optuna.Study) -> HangWatch:
+        """The watch as a study's worker sweep and trials left it (a resumed search's, or
+        exploration's for the confirming rounds)."""
         watch = cls()
-        for trial in trials:
+        stored = study.user_attrs.get(WORKER_RANGE)
+        if stored:
+            found = WorkerRange.from_dict(stored)
+            watch._delivered.extend(found.rates)
+            for workers, stall in found.hung.items():
+                watch._hung[f"loader alone, {workers} workers"] = (-1, workers, stall)
+        for trial in study.get_trials(deepcopy=False):
             watch.observe(TrialRecord.from_trial(trial))
         return watch
 
@@ -141,7 +159,7 @@ class HangWatch:
             and settings.num_workers > 0
             and settings.key() not in self._hung
         ):
-            stall = record.failure.message.partition(":")[0]
+            stall = stall_of(record.failure)
             self._hung[settings.key()] = (record.number, settings.num_workers, stall)
         before, self.found = self.found, self._ruling()
         return self.found if self.found is not None and self.found != before else None
@@ -153,9 +171,14 @@ class HangWatch:
         if any(delivered >= workers for delivered in self._delivered):
             return None
         hung = sorted(self._hung.values())
-        return WorkerHang(workers=workers, trials=tuple(n for n, _, _ in hung), stall=hung[0][2])
+        return WorkerHang(
+            workers=workers,
+            trials=tuple(n for n, _, _ in hung if n >= 0),
+            stall=hung[0][2],
+            loader_alone=tuple(sorted(w for n, w, _ in hung if n < 0)),
+        )
 
 
 def worker_hang(study: optuna.Study) -> WorkerHang | None:
     """The configs of ``study`` ruled out as hanging in their workers; None if none are."""
-    return HangWatch.from_trials(study.get_trials(deepcopy=False)).found
+    return HangWatch.from_study(study).found

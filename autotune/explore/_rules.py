@@ -112,7 +112,7 @@ class TrialRules:
         fail_abandoned(plan.study)
         trials = plan.study.get_trials(deepcopy=False)
         self.oom = OutOfMemoryRule.from_trials(trials)
-        self.hangs = HangWatch.from_trials(trials)
+        self.hangs = HangWatch.from_study(plan.study)
         self.space: Space = plan.space
         """What exploration samples: the plan's space, less the configs ruled out as hanging."""
         self._narrow()
