@@ -63,7 +63,7 @@ def test_once_two_configs_hung_in_their_workers_the_search_goes_on_without_worke
         space={**SMALL_SPACE, "num_workers": [0, 1, 2], "batch_size": [8, 16]},
         name="hang",
         progress=Messages(lines),
-        **quick(trials=6, trial_timeout=1.5, max_windows=2, seed=0, finalists=1, ceilings=True),
+        **quick(trials=6, trial_timeout=3.0, max_windows=2, seed=0, finalists=1, ceilings=True),
     )
     trials = study_trials(Path(result.study_path))
     hung = [t for t in trials if t.failure is not None and t.failure.kind == "timeout"]
@@ -72,7 +72,7 @@ def test_once_two_configs_hung_in_their_workers_the_search_goes_on_without_worke
     assert all(t.settings.num_workers > 0 for t in hung)
     ruling = f"trials #{hung[0].number} and #{hung[1].number} hung in DataLoader workers"
     assert [line for line in lines if line.startswith(ruling)] == [
-        f"{ruling} (no first batch within 1.5 s) and no config with as many workers delivered "
+        f"{ruling} (no first batch within 3 s) and no config with as many workers delivered "
         "a batch: configs with workers would hang the same way, so the search goes on "
         "without workers"
     ]

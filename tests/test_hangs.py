@@ -133,7 +133,7 @@ def test_a_config_with_as_many_workers_that_delivered_keeps_the_region_open() ->
     assert found is not None and found.workers == 2
     space = workers_space(IntRange(0, 4))
     assert found.region(space) == "configs with 2 or more workers"
-    assert found.ruling(space).endswith("so the search goes on with at most 1")
+    assert found.ruling(space).endswith("so the search goes on with at most 1 worker")
     assert found.region(workers_space(Choices((0, 2, 4)))) == "configs with workers"
     assert found.blocks(loader(1)) is None and found.blocks(loader(2)) is not None
 
@@ -314,10 +314,38 @@ def test_the_loader_alone_hanging_before_exploring_is_one_config_that_hung(monke
     assert rules.plan.progress.lines == [
         "the loader alone with 4 workers and trial #0 hung in DataLoader workers (no first "
         "batch within 60 s) and no config with as many workers delivered a batch: configs "
-        "with 2 or more workers would hang the same way, so the search goes on with at most 1"
+        "with 2 or more workers would hang the same way, so the search goes on with at most 1 "
+        "worker"
     ]
 
 
 def test_a_worker_range_stored_before_hangs_were_kept_reads_back_without_any() -> None:
     stored = {"rates": {"8": 1000.0}, "bound": 8, "ceiling": 5000.0}
     assert WorkerRange.from_dict(stored) == WorkerRange({8: 1000.0}, 8, 5000.0)
+
+
+def test_the_ray_driver_proposes_without_workers_once_they_hung() -> None:
+    pytest.importorskip("ray")
+    from ray.tune.search.optuna.optuna_search import _OptunaTrialSuggestCaptor
+
+    from autotune.explore._ray_driver import TrialBook
+    from autotune.explore._ray_worker import NUMBER_KEY, SETTINGS_KEY
+
+    study = optuna.create_study(direction="maximize")
+    book = TrialBook(explore_plan(study, workers_space()), exploring=True, count=4, timeout=None)
+
+    def propose(settings: Settings, tune_id: str) -> Settings:
+        """As OptunaSearch asks the book (define-by-run), ``settings`` queued first."""
+        study.enqueue_trial(book.plan.space.params(settings))
+        config = book.propose(_OptunaTrialSuggestCaptor(study.ask()))
+        assert not book.settle(config[NUMBER_KEY])
+        book.attach(config[NUMBER_KEY], tune_id)
+        return Settings.from_dict(config[SETTINGS_KEY])
+
+    for batch in (8, 16):
+        assert propose(loader(4, batch), f"tune-{batch}").num_workers == 4
+        book.reported(f"tune-{batch}", {"figures": Figures().to_dict(), "failure": HUNG.to_dict()})
+        book.ended(f"tune-{batch}")
+    assert book.plan.progress.lines[-1].endswith("so the search goes on without workers")
+    assert propose(loader(4), "tune-next").num_workers == 0 and not book.stopping
+    book.close()

@@ -68,7 +68,7 @@ class WorkerHang:
         """The line a search of ``space`` shows when it rules the region out and goes on."""
         narrowed = self.narrow(space)
         most = max(_workers(narrowed.num_workers), default=0) if narrowed else 0
-        rest = "without workers" if most == 0 else f"with at most {most}"
+        rest = "without workers" if most == 0 else f"with at most {most} worker{'s' * (most > 1)}"
         return (
             f"{self.evidence()} and no config with as many workers delivered a batch: "
             f"{self.region(space)} would hang the same way, so the search goes on {rest}"
@@ -98,7 +98,7 @@ class WorkerHang:
 
 
 def _listed(items: list[str]) -> str:
-    """ "a", "a and b", "a, b and c"."""
+    """The items as one phrase: a; a and b; a, b and c."""
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + f" and {items[-1]}"
 
 

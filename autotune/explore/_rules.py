@@ -110,8 +110,7 @@ class TrialRules:
         self._lock = threading.Lock()
         """Trials end in several threads when the embedded backend runs them in parallel."""
         fail_abandoned(plan.study)
-        trials = plan.study.get_trials(deepcopy=False)
-        self.oom = OutOfMemoryRule.from_trials(trials)
+        self.oom = OutOfMemoryRule.from_trials(plan.study.get_trials(deepcopy=False))
         self.hangs = HangWatch.from_study(plan.study)
         self.space: Space = plan.space
         """What exploration samples: the plan's space, less the configs ruled out as hanging."""
