@@ -62,6 +62,7 @@ def workers_space(num_workers: Domain | None = None) -> Space:
 
 
 def loader(workers: int, batch: int = 8) -> Settings:
+    """A config of :func:`workers_space` with ``workers`` workers."""
     if workers == 0:
         return Settings(batch_size=batch, threads=1)
     return Settings(
