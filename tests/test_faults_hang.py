@@ -1,13 +1,19 @@
 """A dataset or a collate_fn that hangs: the trial is killed at its timeout, recorded,
-and the search goes on."""
+and the search goes on; once configs with workers have shown that their workers hang,
+without them."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import workloads
-from faults import Case, drive, probe_request
+from conftest import quick
+from faults import SMALL_SPACE, Case, drive, probe_request, study_trials
+from messages import Messages
 
 import autotune
+from autotune.explore._hangs import HUNG_CONFIGS
 from autotune.probe import run_probe
 
 
@@ -44,3 +50,35 @@ def test_a_hang_is_killed_at_the_trial_timeout_and_the_search_goes_on(
         )
         assert trial.figures.wall_s < 10
     assert autotune.load(outcome.study).settings.num_workers == 0
+
+
+def test_once_two_configs_hung_in_their_workers_the_search_goes_on_without_workers(
+    workdir,
+) -> None:
+    lines: list[str] = []
+    result = autotune.search(
+        dataset=workloads.hang_in_workers_dataset,
+        model=workloads.linear_model,
+        batch_size=8,
+        space={**SMALL_SPACE, "num_workers": [0, 1, 2], "batch_size": [8, 16]},
+        name="hang",
+        progress=Messages(lines),
+        **quick(trials=6, trial_timeout=3.0, max_windows=2, seed=0, finalists=1, ceilings=True),
+    )
+    trials = study_trials(Path(result.study_path))
+    hung = [t for t in trials if t.failure is not None and t.failure.kind == "timeout"]
+    # Four configs of the space have workers, and each would hang: two prove it.
+    assert len(hung) == HUNG_CONFIGS
+    assert all(t.settings.num_workers > 0 for t in hung)
+    ruling = f"trials #{hung[0].number} and #{hung[1].number} hung in DataLoader workers"
+    assert [line for line in lines if line.startswith(ruling)] == [
+        f"{ruling} (no first batch within 3 s) and no config with as many workers delivered "
+        "a batch: configs with workers would hang the same way, so the search goes on "
+        "without workers"
+    ]
+    later = [t for t in trials if t.number > hung[-1].number and t.probed]
+    assert later and all(t.settings.num_workers == 0 for t in later)
+    assert result.settings.num_workers == 0
+    # Nor does the loader limit wait out the timeout with the space's most workers.
+    assert result.loader_limit is not None and result.loader_limit.settings.num_workers == 0
+    assert not [line for line in lines if "not measured" in line]

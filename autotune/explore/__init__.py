@@ -12,6 +12,7 @@ from autotune.explore._bounds import (
     measure_bounds,
     readings_left,
 )
+from autotune.explore._hangs import WorkerHang, worker_hang
 from autotune.explore._worker_range import WorkerRange, measure_worker_range, sweep_left, sweepable
 
 
@@ -41,6 +42,7 @@ __all__ = [
     "Backend",
     "Bounds",
     "ExplorePlan",
+    "WorkerHang",
     "WorkerRange",
     "compute_key",
     "get_backend",
@@ -49,4 +51,5 @@ __all__ = [
     "readings_left",
     "sweep_left",
     "sweepable",
+    "worker_hang",
 ]

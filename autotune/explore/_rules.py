@@ -12,6 +12,11 @@ embedded backend's objective, or the Ray backend's driver):
 - a failure is recorded with its reason and the search goes on; if the same
   failure (other than running out of memory) ends every trial of a search, the
   user's code is broken and the search stops with that one error (:mod:`autotune.explore._fatal`);
+- once configs with workers have hung and none with as many delivered a batch, the
+  configs with that many workers or more are ruled out: exploration samples the rest
+  of the space, or stops with that error when there is none (:mod:`autotune.explore._hangs`);
+- a finalist whose probe failed in one confirming round is not measured in the later
+  ones: with a failed round it cannot be chosen;
 - exploration ends early once more trials would learn nothing
   (:mod:`autotune.explore._early_stop`).
 
@@ -30,6 +35,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.explore._backend import ExplorePlan
 from autotune.explore._early_stop import budget_left, exhausted, near_the_ceiling
 from autotune.explore._fatal import FailureWatch
+from autotune.explore._hangs import HangWatch
 from autotune.explore._outcome import Outcome, probe_outcome, record_failure, record_interrupted
 from autotune.explore._repeats import (
     UnmeasuredProposer,
@@ -47,11 +53,12 @@ from autotune.explore._ruled_out import (
 from autotune.explore._trials import best_record
 from autotune.probe import Failure, ProbeResult
 from autotune.settings import Settings
-from autotune.space import TrialLike
+from autotune.space import Space, TrialLike
 from autotune.study import (
     BACKEND,
     BOUNDED,
     FIGURES,
+    GROUP,
     META,
     OWNER,
     ROLE,
@@ -104,6 +111,13 @@ class TrialRules:
         """Trials end in several threads when the embedded backend runs them in parallel."""
         fail_abandoned(plan.study)
         self.oom = OutOfMemoryRule.from_trials(plan.study.get_trials(deepcopy=False))
+        self.hangs = HangWatch.from_study(plan.study)
+        self.space: Space = plan.space
+        """What exploration samples: the plan's space, less the configs ruled out as hanging."""
+        self._narrow()
+        self._failed_rounds: dict[str, tuple[int, str]] = {}
+        """By config: the trial of the first confirming round its probe failed in, and
+        that round's group."""
         self.bytes_per_sample = bytes_per_sample(plan.study.user_attrs.get(META))
 
     # ----------------------------------------------------------------- one trial
@@ -112,7 +126,7 @@ class TrialRules:
         trial.set_user_attr(OWNER, owner())
         role = str(trial.user_attrs.get(ROLE, "explore"))
         if role == "explore":
-            settings = self.plan.space.sample(trial)
+            settings = self.space.sample(trial)
             trial.set_user_attr(ROLE, role)
         else:
             settings = Settings.from_dict(trial.user_attrs[SETTINGS])
@@ -137,7 +151,7 @@ class TrialRules:
             return budget_left(trials, self.probed, self.proposed)
 
     def _settled(self, trial: optuna.Trial, settings: Settings, role: str) -> Outcome | None:
-        blocked = self._blocked(settings)
+        blocked = self._blocked(settings) or self._failed_before(trial, settings, role)
         if blocked is not None:
             record_failure(trial, blocked)
             return Outcome(TrialState.FAIL, reason=blocked.message)
@@ -174,11 +188,37 @@ class TrialRules:
         """Why ``settings`` cannot run at all; None if it may."""
         with self._lock:
             blocked = self.oom.blocks(settings)
+            if blocked is None and self.hangs.found is not None:
+                blocked = self.hangs.found.blocks(settings)
         # Only where the probe runs on this machine: a Ray worker elsewhere has its own
         # /dev/shm.
         if blocked is None and self.backend == "optuna":
             blocked = shm_blocks(settings, self.bytes_per_sample, free_shm_bytes())
         return blocked
+
+    def _failed_before(self, trial: optuna.Trial, settings: Settings, role: str) -> Failure | None:
+        """Why a finalist is not measured in this confirming round: it failed in an
+        earlier one, and a config with a failed round is not chosen; None if it may run."""
+        group = trial.user_attrs.get(GROUP)
+        with self._lock:
+            failed = self._failed_rounds.get(settings.key())
+        if role != "confirm" or group is None or failed is None or failed[1] == group:
+            return None
+        return Failure(
+            kind="infeasible",
+            message=(
+                f"not run: it failed in an earlier confirming round (trial #{failed[0]}), "
+                "and a finalist with a failed round is not chosen"
+            ),
+        )
+
+    def _narrow(self) -> None:
+        """Sample, and queue, only configs that are not ruled out as hanging (the whole
+        space when every config is)."""
+        found = self.hangs.found
+        narrowed = found.narrow(self.plan.space) if found is not None else None
+        self.space = narrowed or self.plan.space
+        self.proposer.space = self.space
 
     # ----------------------------------------------------------------- after each trial
     def after(self, study: optuna.Study, frozen: FrozenTrial) -> bool:
@@ -190,16 +230,26 @@ class TrialRules:
     def _after(self, study: optuna.Study, frozen: FrozenTrial) -> bool:
         record = TrialRecord.from_trial(frozen)
         self.plan.progress.trial_finished(record, best_record(study))
+        self._note_failed_round(record, frozen)
+        hang = self.hangs.observe(record)
+        if hang is not None:
+            self._narrow()
+            if self.exploring and hang.narrow(self.plan.space) is None:
+                self.plan.fatal = hang.nothing_left()
+                return True
+            self.plan.progress.message(hang.ruling(self.plan.space))
         if not self.exploring:
             return False
         fatal = self.failures.observe(record)
-        if fatal is not None:
+        # Not on the hang that has just ruled its region out: the rest of the space has
+        # not failed yet.
+        if fatal is not None and hang is None:
             self.plan.fatal = fatal
             return True
         known = not record.probed
         self.repeats = self.repeats + 1 if known else 0
-        measured = measured_keys(study.get_trials(deepcopy=False), self.plan.space)
-        size = self.plan.space.size()
+        measured = measured_keys(study.get_trials(deepcopy=False), self.space)
+        size = self.space.size()
         if known and len(measured) < size:
             self.proposer.queue(study, measured)
         reason = exhausted(self.repeats, len(measured), size) or near_the_ceiling(
@@ -209,3 +259,16 @@ class TrialRules:
             return False
         self.plan.progress.message(reason)
         return True
+
+    def _note_failed_round(self, record: TrialRecord, frozen: FrozenTrial) -> None:
+        """Remember a finalist whose probe failed in a confirming round."""
+        group = frozen.user_attrs.get(GROUP)
+        if (
+            record.role == "confirm"
+            and group is not None
+            and record.settings is not None
+            and record.failure is not None
+            and record.probed
+            and record.failure.kind != "interrupted"
+        ):
+            self._failed_rounds.setdefault(record.settings.key(), (record.number, str(group)))

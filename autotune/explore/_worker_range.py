@@ -27,7 +27,7 @@ import optuna
 
 from autotune._format import format_rate
 from autotune.explore._bounds import Bounds
-from autotune.probe import ProbeRequest, reference_windows, run_probe
+from autotune.probe import Failure, ProbeRequest, reference_windows, run_probe
 from autotune.progress import Progress
 from autotune.settings import Settings
 from autotune.space import IntRange, Space
@@ -54,6 +54,9 @@ class WorkerRange:
     """The space's num_workers upper bound after the sweep."""
     ceiling: float
     """The highest compute ceiling the rates were compared with."""
+    hung: Mapping[int, str] = dataclasses.field(default_factory=dict)
+    """By worker count, what the loader alone timed out on ("no first batch within 60 s"):
+    evidence that the workers hang (:mod:`autotune.explore._hangs`)."""
 
     def widened(self) -> int | None:
         """The new bound if the sweep moved it, else None."""
@@ -97,15 +100,21 @@ class WorkerRange:
             "rates": {str(n): r for n, r in self.rates.items()},
             "bound": self.bound,
             "ceiling": self.ceiling,
+            "hung": {str(n): stall for n, stall in self.hung.items()},
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> WorkerRange:
-        rates = data["rates"]
+        rates, hung = data["rates"], data.get("hung") or {}  # none kept before hangs were
         bound, ceiling = data["bound"], data["ceiling"]
-        assert isinstance(rates, Mapping)
+        assert isinstance(rates, Mapping) and isinstance(hung, Mapping)
         assert isinstance(bound, int) and isinstance(ceiling, (int, float))
-        return cls({int(n): float(r) for n, r in rates.items()}, bound, float(ceiling))
+        return cls(
+            {int(n): float(r) for n, r in rates.items()},
+            bound,
+            float(ceiling),
+            {int(n): str(stall) for n, stall in hung.items()},
+        )
 
     def note(self, start: int) -> str:
         """One line for the space's notes: the range and why it moved (or did not)."""
@@ -130,6 +139,11 @@ class WorkerRange:
             f"num_workers: up to {start}: the loader alone delivered {measured} workers; "
             "doubling them did not pay."
         )
+
+
+def stall_of(failure: Failure) -> str:
+    """What a timed-out probe waited for, from its failure: "no first batch within 60 s"."""
+    return failure.message.partition(":")[0]
 
 
 def sweep(start: int, ceiling: float, rate_of: Callable[[int], float | None]) -> WorkerRange:
@@ -202,6 +216,7 @@ def measure_worker_range(
         # Workers as the space's configs run them: the smallest cap it holds, if any.
         caps = [v for v in space.worker_threads.values() if isinstance(v, int)]
         capped = min(caps) if caps else None
+        hung: dict[int, str] = {}
         progress.phase(
             "workers",
             f"the loader alone with {start} workers and more, while it is below what the "
@@ -221,12 +236,14 @@ def measure_worker_range(
                 progress.message(
                     f"loader alone, {count} workers: not measured ({result.failure.message})"
                 )
+                if result.failure.kind == "timeout":
+                    hung[count] = stall_of(result.failure)
                 return None
             rate = result.figures.samples_per_s
             progress.message(f"loader alone, {count} workers: {format_rate(rate)} samples/s")
             return rate
 
-        found = sweep(start, bounds.highest, rate_of)
+        found = dataclasses.replace(sweep(start, bounds.highest, rate_of), hung=hung)
         study.set_user_attr(WORKER_RANGE, found.to_dict())
     widened = dataclasses.replace(
         space,

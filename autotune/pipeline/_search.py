@@ -38,6 +38,7 @@ from autotune.explore import (
     measure_bounds,
     measure_worker_range,
     sweepable,
+    worker_hang,
 )
 from autotune.machine import Machine
 from autotune.pipeline._budget import start_budget
@@ -274,6 +275,9 @@ def _run_stages(
             confirmed = dataclasses.replace(
                 confirmed, rates=(), rates_spread=None, speedup_rounds=(), is_default=False
             )
+    hang = worker_hang(study)
+    if hang is not None:  # the loader alone with as many workers would hang the same way
+        most_workers = min(most_workers, hang.workers - 1)
     ceilings = (
         measure_ceilings(
             single,
