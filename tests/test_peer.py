@@ -205,6 +205,14 @@ def test_a_run_whose_process_wrote_no_answer_is_recorded_as_failed(
     assert record["settings"] == Settings(batch_size=4).to_dict() and not record["changed"]
     assert record["wall_s"] == record["process_s"] and record["log"][-1] == "Killed"
     assert said[-1].startswith("the peer chose workers=0 batch=4 (no change) in ")
+    # A config trained on DDP ranks: loadtune tuned one process, and the record says so.
+    ddp = tiny.with_name("ddp.py")
+    ddp.write_text(tiny.read_text() + 'search = {"ranks": 2}\n')
+    notes = _run.run_peer(ddp, user_batch=4, device="cpu", say=said.append)["notes"]
+    assert notes[-1] == (
+        "loadtune tuned one training process; the checker trains 2 DDP ranks, each with these "
+        "settings"
+    )
 
 
 def test_the_real_loadtune_runs_on_a_tiny_config(tiny: Path) -> None:

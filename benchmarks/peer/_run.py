@@ -5,6 +5,7 @@ settings the checker measures (:mod:`benchmarks.peer._translate`)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common._checker import config_ranks
 from benchmarks.peer._translate import choice
 
 Say = Callable[[str], None]
@@ -89,6 +91,16 @@ def run_peer(
             ended = f"ran past {limit:.0f} s" if code is None else f"exited with {code}"
             answer = {"error": f"the loadtune process {ended}: {' / '.join(lines[-3:])}"}
     picked = choice(answer, user_batch, device)
+    ranks = config_ranks(config)
+    if ranks > 1:  # loadtune has no notion of DDP: it tuned one training process
+        picked = dataclasses.replace(
+            picked,
+            notes=(
+                *picked.notes,
+                f"loadtune tuned one training process; the checker trains {ranks} DDP ranks, "
+                "each with these settings",
+            ),
+        )
     record = {
         "tool": "loadtune",
         "version": answer.get("version"),
