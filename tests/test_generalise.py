@@ -654,6 +654,17 @@ def test_the_command_line_refuses_what_does_not_apply(
     assert capsys.readouterr().err.startswith("python -m benchmarks: ")
 
 
+def test_the_peer_without_loadtune_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(_generalise_cli, "peer_installed", lambda: False)
+    assert _cli.main(["generalise", "--peer", "--workloads", "io-bound"]) == 2
+    assert capsys.readouterr().err == (
+        "python -m benchmarks: --peer needs loadtune, which is not installed; "
+        "pip install -e '.[bench-peer]'.\n"
+    )
+
+
 def test_a_run_writes_its_files_after_every_workload_named_to_the_minute(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
