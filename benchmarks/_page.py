@@ -23,6 +23,7 @@ from typing import Any
 
 from benchmarks.agreement._summary import summary as agreement_summary
 from benchmarks.common._flags import RESULTS_DIR
+from benchmarks.generalise._peer_report import side_by_side
 from benchmarks.generalise._report import targets_table, times_lines
 from benchmarks.online._check import summary as online_summary
 from benchmarks.suite._report import verdict_summary
@@ -52,7 +53,7 @@ class Suite:
 
 
 def _generalise_lines(sections: Sequence[Mapping[str, Any]]) -> list[str]:
-    return [*targets_table(sections), *times_lines(sections)]
+    return [*targets_table(sections), *times_lines(sections), *side_by_side(sections)]
 
 
 def _online_lines(sections: Sequence[Mapping[str, Any]]) -> list[str]:

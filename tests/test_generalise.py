@@ -51,6 +51,9 @@ MODULES = (
     "generalise._targets",
     "generalise._report",
     "generalise._plot",
+    "generalise._peer_report",
+    "peer._translate",
+    "peer._run",
 )
 MACHINE = Machine(cpus=2, cpu_model="x", memory_bytes=2**30, shm_bytes=None, accelerator="cpu")
 
@@ -321,7 +324,31 @@ SEARCH_TIMES = {  # each seed's search by stage: seed 2 ran a runoff, seed 3 no 
 }  # fmt: skip
 
 
-def run_fake_workload(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Any]:
+PEER_CHOICE = Settings(batch_size=32, num_workers=2, persistent_workers=True)
+"""The peer's (made-up) choice: two persistent workers, its threads and theirs left as is."""
+
+
+def peer_record(config: Path, *, user_batch: int, device: str, say: Any) -> dict[str, Any]:
+    """What ``run_peer`` records, made up: loadtune chose two persistent workers in 2.6 s."""
+    assert (config.name, user_batch, device) == ("compute_bound.py", 32, "cpu")
+    return {
+        "tool": "loadtune",
+        "version": "0.3.0",
+        "wall_s": 2.6,
+        "process_s": 9.5,
+        "settings": PEER_CHOICE.to_dict(),
+        "describe": PEER_CHOICE.describe(),
+        "changed": True,
+        "notes": ["compile=True (torch.compile): not a knob the checker has; measured without"],
+        "error": None,
+        "answer": {"speedup": 1.4},
+        "log": [],
+    }
+
+
+def run_fake_workload(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, peer: bool = False
+) -> dict[str, Any]:
     searched: list[dict[str, Any]] = []
 
     def search(config: Path, **options: Any) -> SearchResult:
@@ -348,15 +375,18 @@ def run_fake_workload(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[s
     monkeypatch.setattr(
         _generalise_rounds, "time", types.SimpleNamespace(perf_counter=ticks.__next__)
     )
-    options = GeneraliseOptions(rounds=3, final_rounds=5, trials=4, study_dir=tmp_path)
+    monkeypatch.setattr(_generalise, "run_peer", peer_record)
+    options = GeneraliseOptions(rounds=3, final_rounds=5, trials=4, study_dir=tmp_path, peer=peer)
     section = run_workload(find(["compute-bound"])[0], options, MACHINE, lambda line: None)
     assert [s["seed"] for s in searched] == [1, 2, 3] and {s["trials"] for s in searched} == {4}
-    first = 3 * (2 + 22 * 2)  # the default (seed 3's too), seed 2's, two grids
+    first = 3 * (2 + peer + 22 * 2)  # the default (seed 3's too), seed 2's, two grids
     # then the final set: the default, seed 1's (a grid point) and seed 2's choices, the
     # 3 leading grid points and the default's twin (workers=0 batch=32 threads=2), in 5 rounds
-    assert len(calls) == first + 5 * 7
-    assert {s.key() for s in calls[first : first + 7]} == {s.key() for s in calls[-7:]}
-    assert Settings(batch_size=32, threads=2).key() in {s.key() for s in calls[-7:]}
+    final = 7 + peer  # and the peer's choice, where it ran
+    assert len(calls) == first + 5 * final
+    assert {s.key() for s in calls[first : first + final]} == {s.key() for s in calls[-final:]}
+    assert (PEER_CHOICE.key() in {s.key() for s in calls[-final:]}) == peer
+    assert Settings(batch_size=32, threads=2).key() in {s.key() for s in calls[-final:]}
     return section
 
 
@@ -486,6 +516,64 @@ def test_the_markdown_and_the_plot_show_every_choice(
     assert "0123456, abcdef0" in _generalise_report.document(merged, "m.json", "m.svg")
 
 
+def test_the_peer_is_measured_in_the_same_rounds_and_shown_beside_autotune(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    section = run_fake_workload(monkeypatch, tmp_path, peer=True)
+    (measured,) = [m for m in section["measurements"] if m["peer"]]
+    assert measured["settings"] == PEER_CHOICE.to_dict() and not measured["grid"]
+    assert len(measured["rounds"]) == 3 and len(measured["final"]) == 5
+    peer = section["figures"]["peer"]
+    assert peer["vs_grid"] == pytest.approx(300 / 352) and peer["vs_default"] == 3.0
+    assert section["peer"]["wall_s"] == 2.6 and not peer["is_default"]
+    # The verdicts are autotune's alone: the same as without the peer (but the search time,
+    # which this clock took).
+    alone = run_fake_workload(monkeypatch, tmp_path / "alone")
+
+    def judged(verdicts: list[dict[str, Any]]) -> list[Any]:
+        return [(v["passed"], v["figure"]) for v in verdicts if "search" not in v["target"]]
+
+    assert judged(section["verdicts"]) == judged(alone["verdicts"])
+    assert "peer" not in alone["figures"]
+    table = _generalise_report.markdown(section)
+    assert (
+        "| peer (loadtune) | workers=2 prefetch=2 persistent=yes batch=32 | 300 (±0%) | 0.852 "
+        "| 0.852 | - | 3.00 | 1.40x its baseline | - | 2.6 | - |" in table
+    )
+    assert (
+        "The peer: loadtune 0.3.0 with its own defaults (a baseline and up to 6 trials of 100 "
+        "steps), run once: 2.6 s for its `tune` call (9.5 s with its process starting). Notes: "
+        "compile=True (torch.compile): not a knob the checker has; measured without." in table
+    )
+    results = {
+        "mode": "generalise",
+        "started": "2026-12-01T10:00:00",
+        "host": "vm",
+        "machine": MACHINE.to_dict(),
+        "options": GeneraliseOptions(peer=True).to_dict(),
+        "workloads": [section, dict(alone, name="io-bound")],
+    }
+    json_path, md_path, _ = _generalise_report.write(results, tmp_path / "g.json")
+    document = md_path.read_text()
+    assert "The peer. loadtune, the tuner a user would pick instead" in document
+    # Side by side: autotune's median choice, its median over the default and its mean
+    # search (its own clock); the peer's choice, its ratios and its seconds. The workload
+    # measured without the peer has no row.
+    row = (
+        "| compute-bound | 0.909 | 3.20 | 200 | workers=2 prefetch=2 persistent=yes batch=32 "
+        "| 0.852 | 3.00 | 2.6 |"
+    )
+    assert row in document and "| io-bound | 0.909 | 3.20 |" not in document
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "generalise-2026-12-01-1000.json").write_text(json_path.read_text())
+    assert row in _page.render(tmp_path / "results", tmp_path)
+    # A run without the peer prints none of it.
+    results["workloads"] = [alone]
+    results["options"] = GeneraliseOptions().to_dict()
+    plain = _generalise_report.document(results, "g.json", "g.svg")
+    assert "peer" not in plain and "loadtune" not in plain
+
+
 def test_the_plot_is_well_formed_with_one_mark_per_choice_even_for_odd_names() -> None:
     judged = assess(
         measurements([100.0, 80.0], 50.0, {1: 97.0, 2: 130.0}),
@@ -548,6 +636,8 @@ def test_the_plot_reads_each_grid_point_against_the_best_of_its_own_rounds() -> 
         ["generalise", "--merge", "README.md"],  # not JSON
         ["generalise", "--rejudge", "pyproject.toml"],
         ["generalise", "--merge", "README.md", "--rejudge", "README.md"],
+        ["generalise", "--peer", "--merge", "README.md"],  # it searches nothing
+        ["generalise", "--peer", "--rejudge", "README.md"],
         ["generalise", "--final-rounds", "2"],
         ["agreement", "--final-rounds", "5"],  # a flag of another suite
         ["agreement", "--rejudge", "results.json"],
@@ -562,6 +652,17 @@ def test_the_command_line_refuses_what_does_not_apply(
 ) -> None:
     assert _cli.main(argv) == 2
     assert capsys.readouterr().err.startswith("python -m benchmarks: ")
+
+
+def test_the_peer_without_loadtune_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(_generalise_cli, "peer_installed", lambda: False)
+    assert _cli.main(["generalise", "--peer", "--workloads", "io-bound"]) == 2
+    assert capsys.readouterr().err == (
+        "python -m benchmarks: --peer needs loadtune, which is not installed; "
+        "pip install -e '.[bench-peer]'.\n"
+    )
 
 
 def test_a_run_writes_its_files_after_every_workload_named_to_the_minute(
@@ -598,6 +699,7 @@ def test_a_run_writes_its_files_after_every_workload_named_to_the_minute(
             ["--seconds", "2", "--trials", "7", "--seed", "5", "--study-dir", "s"],
             GeneraliseOptions(seconds=2.0, trials=7, plain_seed=5, study_dir=Path("s")),
         ),
+        (["--peer"], GeneraliseOptions(peer=True)),
     ],
 )
 def test_the_options_take_what_is_given_and_their_own_defaults_for_the_rest(

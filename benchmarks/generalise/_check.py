@@ -11,7 +11,9 @@ set of rounds:
   default space caps them, at the user's batch size with AMP off, and again at each
   other (batch size, AMP) a search chose;
 - the default loader (``Settings(batch_size=user's)``, threads left to torch);
-- each search's choice.
+- each search's choice;
+- with ``peer``, the choice of the peer, loadtune (:mod:`benchmarks.peer`), run once
+  with its own defaults.
 
 Then a final set of rounds (:mod:`benchmarks.generalise._rounds`) measures again the
 default loader, the choices and the grid's leaders, side by side; the targets are judged
@@ -47,6 +49,7 @@ from benchmarks.generalise._rounds import (
     summary,
 )
 from benchmarks.generalise._targets import assess, space_size
+from benchmarks.peer._run import run_peer
 
 if TYPE_CHECKING:
     from autotune import Machine
@@ -213,15 +216,23 @@ class Planned:
     """The searches that chose it."""
     grid: bool = False
     """A point of a grid."""
+    peer: bool = False
+    """The peer's choice (loadtune's)."""
 
 
 def plan(
-    user_batch: int, choices: Sequence[tuple[int, Settings]], cpus: int, spec: GridSpec
+    user_batch: int,
+    choices: Sequence[tuple[int, Settings]],
+    cpus: int,
+    spec: GridSpec,
+    peer: Settings | None = None,
 ) -> tuple[list[tuple[int, str]], list[Planned]]:
     """The grids' (batch size, AMP), and every distinct config to measure: the default
-    loader, the choices (by seed), then the grid at the user's batch size without AMP
-    and at each other (batch size, AMP) a search chose; a config that stands for several
-    (a choice on a grid point) is measured once."""
+    loader, the choices (by seed), the ``peer``'s choice where given, then the grid at the
+    user's batch size without AMP and at each other (batch size, AMP) a search chose; a
+    config that stands for several (a choice on a grid point) is measured once. The
+    peer's choice adds no grid: autotune's searches and the peer are read against the
+    same grid best."""
     grids = [(user_batch, "off")]
     for _, settings in choices:
         if (settings.batch_size, settings.amp) not in grids:
@@ -230,7 +241,8 @@ def plan(
 
     def add(settings: Settings, **role: Any) -> None:
         entry = roles.setdefault(
-            settings.key(), {"settings": settings, "default": False, "seeds": (), "grid": False}
+            settings.key(),
+            {"settings": settings, "default": False, "seeds": (), "grid": False, "peer": False},
         )
         for name, value in role.items():
             entry[name] = entry[name] + value if name == "seeds" else value
@@ -238,6 +250,8 @@ def plan(
     add(Settings(batch_size=user_batch), default=True)
     for seed, settings in choices:
         add(settings, seeds=(seed,))
+    if peer is not None:
+        add(peer, peer=True)
     for batch, amp in grids:
         for point in grid_points(batch, amp, cpus, spec):
             add(point, grid=True)
@@ -264,6 +278,9 @@ class GeneraliseOptions:
     """Rounds of the final set, over the default, the choices and the grid's leaders."""
     leaders: int = LEADERS
     """Grid points the first set passes on to the final set."""
+    peer: bool = False
+    """Also run the peer, loadtune, once per workload and measure its choice beside the
+    searches' (the ``bench-peer`` extra)."""
 
     def rounds_options(self, rounds: int) -> RoundsOptions:
         """How the checker measures, for a set of ``rounds`` rounds."""
@@ -333,15 +350,22 @@ def run_workload(
         for s, r in zip(seeds, searched, strict=True)
     ]
     first = searched[0].result
+    peer = (
+        run_peer(workload.config, user_batch=first.user_batch, device=first.device, say=say)
+        if options.peer
+        else None
+    )
     grids, planned = plan(
         first.user_batch,
         [(s, r.result.settings) for s, r in zip(seeds, searched, strict=True)],
         machine.cpus,
         options.grid,
+        peer=Settings.from_dict(peer["settings"]) if peer else None,
     )
+    peers = ", the peer's" if peer else ""
     say(
         f"plain loop: {len(planned)} configs ({len(grids)} grid(s), the default, "
-        f"{len(seeds)} choice(s)), {options.rounds} interleaved rounds"
+        f"{len(seeds)} choice(s){peers}), {options.rounds} interleaved rounds"
     )
     measured = measure_rounds(
         workload.config,
@@ -363,6 +387,7 @@ def run_workload(
         "user_batch": first.user_batch,
         "cpus": machine.cpus,
         "searches": searches,
+        **({"peer": peer} if peer else {}),
         "grids": [{"batch_size": b, "amp": a} for b, a in grids],
         "measurements": measurements,
         "checker": {
@@ -440,6 +465,7 @@ def _measurement(
         "default": planned.default,
         "seeds": list(planned.seeds),
         "grid": planned.grid,
+        "peer": planned.peer,
         "rounds": rates,
         "median": middle,
         "spread": half_range,

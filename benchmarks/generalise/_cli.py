@@ -3,7 +3,7 @@ and its run (:mod:`benchmarks.generalise._check`).
 
     python -m benchmarks generalise [--workloads NAME,...] [--seeds N] [--rounds N]
                                     [--seconds S] [--warmup S] [--grid full|small|JSON]
-                                    [--trials N] [--study-dir DIR] [--out PATH]
+                                    [--trials N] [--study-dir DIR] [--out PATH] [--peer]
                                     [--keep-data] [--merge JSON ... | --rejudge JSON ...]
 
 ``--workloads`` defaults to all fifteen, ``--rounds`` to 3 (at least 3), ``--seed`` sets
@@ -32,6 +32,7 @@ from benchmarks.generalise import _report as _generalise_report
 from benchmarks.generalise import _rounds as _generalise_rounds
 from benchmarks.generalise import _targets as _generalise_targets
 from benchmarks.generalise._check import GeneraliseOptions, parse_grid
+from benchmarks.peer._run import installed as peer_installed
 
 STAMP = "%Y-%m-%d-%H%M"
 """How a results file in a folder is dated: to the minute, so that per-workload runs of
@@ -71,6 +72,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"(default {_generalise_rounds.FINAL_ROUNDS})",
     )
     parser.add_argument(
+        "--peer",
+        action="store_true",
+        help="also run the peer, loadtune, once per workload with its own defaults, and "
+        "measure its choice beside the searches' (needs pip install -e '.[bench-peer]')",
+    )
+    parser.add_argument(
         "--rejudge",
         nargs="+",
         type=Path,
@@ -94,6 +101,10 @@ def problem(args: argparse.Namespace) -> str | None:
     for every mode; None when nothing is."""
     if args.merge and args.rejudge:
         return "--merge and --rejudge are two ways to read results files; give one."
+    if args.peer and (args.merge or args.rejudge):
+        return "--peer runs loadtune beside the searches; --merge and --rejudge search nothing."
+    if args.peer and not peer_installed():
+        return "--peer needs loadtune, which is not installed; pip install -e '.[bench-peer]'."
     for flag, paths in (("--merge", args.merge), ("--rejudge", args.rejudge)):
         missing = [str(p) for p in paths or () if not p.is_file()]
         if missing:
@@ -115,6 +126,7 @@ def options(args: argparse.Namespace) -> GeneraliseOptions:
         trials=args.trials,
         plain_seed=args.seed,
         study_dir=args.study_dir,
+        peer=args.peer,
     )
 
 

@@ -13,6 +13,7 @@ from benchmarks.agreement._check import rate_text
 from benchmarks.common._stage_times import TimedRow, times_table
 from benchmarks.generalise._check import GridSpec
 from benchmarks.generalise._device import assess_device, device_lines
+from benchmarks.generalise._peer_report import peer_lines, peer_row, side_by_side
 from benchmarks.generalise._plot import svg
 from benchmarks.generalise._targets import assess, vs_grid_text
 
@@ -38,7 +39,8 @@ def _reading(options: Mapping[str, Any]) -> str:
     grid = options["grid"]
     searches = f"{options['seeds']} time(s)" if options["seeds"] != 3 else "three times"
     budget = f"{options['trials']} trials" if options.get("trials") else "the default budget"
-    return f"""\
+    return (
+        f"""\
 How to read it. Each workload was searched {searches} as a user runs it
 (`autotune.search(config, seed=s)`, seeds 1-{options["seeds"]}, {budget}). The plain-loop
 checker (`benchmarks/common/_checker.py`, which imports nothing of the probe or the search)
@@ -59,7 +61,25 @@ their lowest and highest), and its speedup; "inside?" asks whether the plain loo
 median falls within that samples/s interval. The space cost is the configs in the space
 the search covered × the checker's rounds × the mean wall time of one checker measurement in the
 same run: what measuring that whole space at the checker's precision would take.
-""" + _final_reading(options)
+"""
+        + _peer_reading(options)
+        + _final_reading(options)
+    )
+
+
+def _peer_reading(options: Mapping[str, Any]) -> str:
+    """How the peer is read, for a run that ran it."""
+    if not options.get("peer"):
+        return ""
+    return """
+The peer. loadtune, the tuner a user would pick instead, ran once per workload with its
+own defaults (`loadtune.tune(workload)`: a baseline with no workers, then up to 6
+heuristic trials of 100 steps, in its own process; it seeds torch with 0 before every
+profile, but its pick rests on one timed run of each config). Its recommendation, as
+the settings the checker can measure (what it cannot express is noted per workload), was
+measured beside the choices in the same rounds and read as they are; its wall time is
+its `tune` call's. It judges nothing.
+"""
 
 
 def _final_reading(options: Mapping[str, Any]) -> str:
@@ -204,7 +224,8 @@ def _rows(section: Mapping[str, Any]) -> list[list[str]]:
                 f"{choice['search_vs_space']:.3f}",
             ]
         )
-    return rows
+    peer = peer_row(section)
+    return rows if peer is None else [*rows, peer]
 
 
 def _table(header: str, rows: Sequence[Sequence[str]]) -> list[str]:
@@ -273,6 +294,7 @@ def markdown(section: Mapping[str, Any]) -> str:
         "",
         _cost_line(section),
         "",
+        *peer_lines(section),
         *_twin_line(figures),
         *[_verdict_line(v) for v in section["verdicts"]],
         "",
@@ -475,6 +497,7 @@ def document(results: Mapping[str, Any], json_name: str, svg_name: str) -> str:
         "",
         *targets_table(sections),
         *times_lines(sections),
+        *side_by_side(sections),
         "",
     ]
     return "\n".join(lines) + "\n" + "\n".join(markdown(s) for s in sections)

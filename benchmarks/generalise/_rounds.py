@@ -145,14 +145,15 @@ def finalists(
     measurements: Sequence[Mapping[str, Any]], leaders: int = LEADERS, cpus: int | None = None
 ) -> list[int]:
     """Which measurements the final set takes again, by index: the default loader, every
-    search's choice, the ``leaders`` grid points with the highest first-set medians (a
-    point that is also the default or a choice counts among the leaders) and, given the
-    ``cpus``, the default's twin in the grid (:func:`default_twin`)."""
+    search's choice, the peer's (where one was measured), the ``leaders`` grid points with
+    the highest first-set medians (a point that is also the default or a choice counts
+    among the leaders) and, given the ``cpus``, the default's twin in the grid
+    (:func:`default_twin`)."""
     grid = sorted(
         (i for i, m in enumerate(measurements) if m["grid"]),
         key=lambda i: -measurements[i]["median"],
     )
-    chosen = {i for i, m in enumerate(measurements) if m["default"] or m["seeds"]}
+    chosen = {i for i, m in enumerate(measurements) if m["default"] or m["seeds"] or m.get("peer")}
     twin = default_twin(measurements, cpus) if cpus is not None else None
     return sorted(chosen | set(grid[:leaders]) | ({twin} if twin is not None else set()))
 
@@ -174,8 +175,9 @@ def measure_final(
     picked = finalists(measurements, leaders, cpus)
     has_twin = cpus is not None and default_twin(measurements, cpus) is not None
     twin = " and the default's twin" if has_twin else ""
+    peer = ", the peer's" if any(m.get("peer") for m in measurements) else ""
     say(
-        f"final rounds: {len(picked)} configs (the default, the choices, the {leaders} "
+        f"final rounds: {len(picked)} configs (the default, the choices{peer}, the {leaders} "
         f"leading grid points{twin}), {options.rounds} interleaved rounds"
     )
     measured = measure_rounds(

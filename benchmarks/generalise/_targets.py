@@ -115,8 +115,8 @@ def _final(measurement: Mapping[str, Any]) -> list[float | None] | None:
 
 def _judged_on_final(measurements: Sequence[Mapping[str, Any]]) -> bool:
     """Whether the final set took every config the verdicts compare: the default, each
-    choice and at least one grid point."""
-    needed = [m for m in measurements if m["default"] or m["seeds"]]
+    choice (the peer's too) and at least one grid point."""
+    needed = [m for m in measurements if m["default"] or m["seeds"] or m.get("peer")]
     leaders = [m for m in measurements if m["grid"] and _final(m)]
     return bool(leaders) and all(_final(m) for m in needed)
 
@@ -179,6 +179,31 @@ def _choice(
         "inside": gap == 0.0,
         "speedup_interval": search.get("speedup_interval"),
         "speedup_inside": None if speedup_gap is None else speedup_gap == 0.0,
+    }
+
+
+def _peer(
+    measured: Mapping[str, Any],
+    best: Mapping[str, Any] | None,
+    default: Mapping[str, Any] | None,
+    reading: _Reading,
+    first_best: float,
+    twin: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """The peer's choice read as a search's is (:func:`_choice`): against the grid best
+    and the default, within the same rounds; the default chosen reads as the grid best
+    where that is the default's twin. It judges nothing: the verdicts are autotune's."""
+    vs_grid = reading.ratio(measured, best) if best else 0.0
+    is_grid_best = bool(measured["default"] and twin is not None and best is twin)
+    return {
+        "describe": measured["describe"],
+        "samples_per_s": reading.figure(measured),
+        "vs_grid": 1.0 if is_grid_best else vs_grid,
+        "vs_grid_measured": vs_grid,
+        "is_grid_best": is_grid_best,
+        "first_vs_grid": _ratio(measured["median"], first_best),
+        "vs_default": reading.ratio(measured, default) if default else 0.0,
+        "is_default": bool(measured["default"]),
     }
 
 
@@ -259,6 +284,10 @@ def assess(
             f"one checker measurement in this run ({rounds} x {measurement_s:.2f} s)"
         ),
     }
+    peer = next((m for m in measurements if m.get("peer")), None)
+    if peer is not None:
+        first = first_best["median"] if first_best else 0.0
+        figures["peer"] = _peer(peer, best, default_row, reading, first, twin)
     return {"figures": figures, "verdicts": [v.to_dict() for v in judge(choices)]}
 
 
