@@ -24,7 +24,7 @@ from typing import Any
 from benchmarks.agreement._summary import summary as agreement_summary
 from benchmarks.common._flags import RESULTS_DIR
 from benchmarks.generalise._peer_report import side_by_side
-from benchmarks.generalise._report import targets_table, times_lines
+from benchmarks.generalise._report import departures, targets_table, times_lines
 from benchmarks.online._check import summary as online_summary
 from benchmarks.suite._report import verdict_summary
 
@@ -154,10 +154,14 @@ def _source(file: _File, names: Sequence[str], start: Path) -> str:
     commit = (results.get("commit") or "")[:7] or "an unknown commit"
     machine = results.get("machine", {})
     where = f"{machine.get('cpus', '?')} CPUs ({machine.get('cpu_model', '?')})"
+    departed = ""
+    if results.get("mode") == "generalise" and results.get("options"):
+        found = departures(results["options"])
+        departed = f" Not the benchmark's protocol: {'; '.join(found)}." if found else ""
     return (
         f"- {_link(file, start)}: {', '.join(names)}; started {results.get('started', '?')} "
         f"on {results.get('host', '?')}, {where}, autotune at {commit}"
-        f"{' with local changes' if results.get('dirty') else ''}."
+        f"{' with local changes' if results.get('dirty') else ''}.{departed}"
     )
 
 
@@ -168,7 +172,8 @@ def _misses(sections: Sequence[Mapping[str, Any]]) -> list[str]:
     for section in sections:
         if "error" in section:
             lines.append(f"- {section['name']}: FAILED: {section['error']}")
-        for verdict in section.get("verdicts", []):
+        device = (section.get("simulated_device") or {}).get("verdict")
+        for verdict in [*section.get("verdicts", []), *([device] if device else [])]:
             if not verdict["passed"]:
                 detail = f"; {verdict['detail']}" if verdict.get("detail") else ""
                 lines.append(

@@ -127,3 +127,19 @@ def test_every_file_a_page_links_to_is_there(document: str) -> None:
     local = [link for link in links if "://" not in link and not link.startswith("mailto:")]
     missing = [link for link in local if not (path.parent / link).exists()]
     assert local and not missing
+
+
+def test_a_run_off_the_protocol_says_so_and_its_device_miss_is_listed(tmp_path: Path) -> None:
+    # The first judgement on the simulated accelerator: one search, not three; its choice
+    # was the grid best, but the device-busy target missed.
+    name = "generalise-2026-12-02-0719.json"
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / name).write_text((_flags.RESULTS_DIR / name).read_text())
+    page = _page.render(results, tmp_path)
+    departed = "Not the benchmark's protocol: 1 search(es) per workload, not 3."
+    assert f"autotune at 148b9b5. {departed}" in page
+    assert (
+        "- sim-decode: choice keeps the device busy >= 0.95 x min(1, data/device ceiling): "
+        "0.945 (bound 0.95); seed 1 busy 0.556 of 0.589" in page
+    )
