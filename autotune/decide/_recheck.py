@@ -170,22 +170,15 @@ def _knobs(space: Mapping[str, Any]) -> str:
 def _extended(
     earlier: SearchResult, measured: Measurement, default: Measurement, speedup: float
 ) -> SearchResult:
-    """``earlier`` with one more round: the new figures of the choice and of the default
-    loader, the round's rate and speedup after the earlier rounds'."""
-    if earlier.is_default:
-        return dataclasses.replace(
-            earlier,
-            figures=default.figures,
-            baseline=default,
-            rounds=earlier.rounds + ROUNDS,
-            rates=(*earlier.rates, default.samples_per_s),
-            speedup_rounds=(*earlier.speedup_rounds, 1.0),
-        )
+    """``earlier`` with one more round: the new figures of the choice (the default loader's
+    where that was the answer, its speedup then 1) and of the default loader, the round's
+    rate and speedup after the earlier rounds'."""
+    chosen = default if earlier.is_default else measured
     return dataclasses.replace(
         earlier,
-        figures=measured.figures,
+        figures=chosen.figures,
         baseline=default,
         rounds=earlier.rounds + ROUNDS,
-        rates=(*earlier.rates, measured.samples_per_s),
-        speedup_rounds=(*earlier.speedup_rounds, speedup),
+        rates=(*earlier.rates, chosen.samples_per_s),
+        speedup_rounds=(*earlier.speedup_rounds, 1.0 if earlier.is_default else speedup),
     )
