@@ -12,6 +12,9 @@ from typing import Any
 
 TOTAL = "search"
 """The column of the whole search: its stages, the setup before the preflight and all."""
+ORDER = ("preflight", "bounds", "workers", "recheck", "explore", "confirm", "runoff", "ddp")
+"""The stages in the order a search runs them (the ceilings last, after any other), so
+the columns read as a search goes whichever workload first ran a stage."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +58,7 @@ def times_table(rows: Sequence[TimedRow], quality: str) -> list[str]:
     stages: list[str] = []
     for _, means in timed:
         stages += [stage for stage in means if stage != TOTAL and stage not in stages]
+    stages.sort(key=lambda stage: ORDER.index(stage) if stage in ORDER else len(ORDER))
     header = f"| workload | {quality} | {TOTAL} s | " + " | ".join(stages) + " |"
     lines = [header, "|" + " --- |" * (len(stages) + 3)]
     for row, means in timed:
