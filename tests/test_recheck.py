@@ -56,9 +56,11 @@ def test_a_choice_that_reads_below_the_earlier_prediction_no_longer_holds() -> N
     assert checked is not None and not checked.held and checked.result is None
     assert "reads 1.30x the default loader now" in checked.reason
     assert f"predicted {interval[0]:.2f}-{interval[1]:.2f}x" in checked.reason
-    # What a new search tries first: the earlier choice, then its finalists, fastest first.
-    assert checked.finalists[0] == LEADER
-    assert set(checked.finalists) == {LEADER, *(m.settings for m in before.finalists)}
+    # What a study seeded from this one tries first (--warm-start): the earlier choice,
+    # then its finalists, fastest first.
+    seeds = earlier_finalists(before)
+    assert seeds[0] == LEADER
+    assert set(seeds) == {LEADER, *(m.settings for m in before.finalists)}
 
 
 def test_a_choice_that_no_longer_beats_the_default_beyond_the_noise_does_not_hold() -> None:

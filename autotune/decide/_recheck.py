@@ -4,8 +4,8 @@ A second search of a workload on the machine that measured its study first re-me
 the earlier choice beside the default loader, in one interleaved round (D C D). Where the
 choice still beats the default beyond the noise, and by no less than the earlier rounds
 predicted (the low end of their 95% prediction interval), the earlier answer holds: the
-search ends there, its rounds extended by the new one. Otherwise the search runs anew
-from that study, its finalists tried first. Where the earlier answer was the default
+search ends there, its rounds extended by the new one. Otherwise the search goes on from
+that study's trials, as a resumed one does. Where the earlier answer was the default
 loader, its fastest finalist is measured instead, and the answer holds while that
 finalist still does not beat the default beyond the noise.
 
@@ -39,15 +39,16 @@ ROUNDS = 1
 class Recheck:
     """What re-measuring a study's earlier answer found."""
 
-    held: bool
-    """Whether the earlier answer still holds."""
     reason: str
     """One line that says what was measured against what was expected."""
     result: SearchResult | None = None
-    """With ``held``: the earlier result with the new round added to its rounds."""
-    finalists: tuple[Settings, ...] = ()
-    """The earlier search's chosen config and finalists, fastest first: the configs a new
-    search tries first when the answer no longer holds."""
+    """Where the earlier answer holds: the earlier result with the new round added to its
+    rounds; None where it no longer does."""
+
+    @property
+    def held(self) -> bool:
+        """Whether the earlier answer still holds."""
+        return self.result is not None
 
 
 def earlier_answer(study: optuna.Study) -> SearchResult | None:
@@ -89,15 +90,10 @@ def recheck(
         None when there is nothing to re-measure in the current space (no finalist beside
         the default, or the space no longer holds the earlier choice).
     """
-    finalists = earlier_finalists(earlier)
     if _knobs(earlier.space) != _knobs(plan.space.to_dict()):
-        return Recheck(
-            held=False,
-            reason="it was chosen in another space than this search's",
-            finalists=finalists,
-        )
+        return Recheck(reason="it was chosen in another space than this search's")
     if earlier.is_default:
-        others = [s for s in finalists if s != baseline]
+        others = [s for s in earlier_finalists(earlier) if s != baseline]
         contender = others[0] if others else None
     else:
         contender = earlier.settings
@@ -115,21 +111,17 @@ def recheck(
     (rounds,), default = gather(order, _measured(plan.study, groups, len(order)))
     if not rounds.complete or not default.complete or not rounds.speedups:
         return Recheck(
-            held=False,
-            reason=f"{contender.describe()} or the default loader failed to measure again",
-            finalists=finalists,
+            reason=f"{contender.describe()} or the default loader failed to measure again"
         )
     speedup = rounds.speedups[0]
     band = max(earlier.tolerance, earlier.noise)
     if earlier.is_default:
         if speedup > 1 + band:
             return Recheck(
-                held=False,
                 reason=(
                     f"{contender.describe()} now reads {speedup:.2f}x the default loader, "
                     f"beyond the noise ({band:.0%}) that the earlier rounds left it within"
-                ),
-                finalists=finalists,
+                )
             )
         reason = (
             f"the default loader still holds: its fastest finalist reads {speedup:.2f}x it, "
@@ -145,20 +137,16 @@ def recheck(
                 else f"it must beat the default by more than the noise ({band:.0%})"
             )
             return Recheck(
-                held=False,
                 reason=(
                     f"{contender.describe()} reads {speedup:.2f}x the default loader now; "
                     f"{expected}"
-                ),
-                finalists=finalists,
+                )
             )
         predicted = f", as predicted ({interval[0]:.2f}-{interval[1]:.2f}x)" if interval else ""
         reason = f"it reads {speedup:.2f}x the default loader again{predicted}"
     return Recheck(
-        held=True,
         reason=reason,
         result=_extended(earlier, rounds.typical(), default.typical(), speedup),
-        finalists=finalists,
     )
 
 

@@ -384,16 +384,15 @@ def _recheck(
     checked = recheck(runner, plan, earlier, baseline, progress)
     if checked is None:
         return None
-    study = plan.study
-    entry = {"source": "earlier answer", "held": checked.held, "reason": checked.reason}
     if checked.result is None:
         note = f"the earlier answer no longer holds: {checked.reason}; the search goes on"
-        progress.message(note)
-        record_start(study, {**entry, "note": note})
-        return None
-    note = f"the earlier answer holds: {checked.reason}; nothing else measured"
+    else:
+        note = f"the earlier answer holds: {checked.reason}; nothing else measured"
     progress.message(note)
-    record_start(study, {**entry, "note": note})
+    entry = {"source": "earlier answer", "held": checked.held, "reason": checked.reason}
+    record_start(plan.study, {**entry, "note": note})
+    if checked.result is None:
+        return None
     result = dataclasses.replace(
         checked.result,
         workload=info,
@@ -401,7 +400,7 @@ def _recheck(
         search_time=progress.stop(continued=True),
         budget=budget,
     )
-    study.set_user_attr(RESULT, result.to_dict())
+    plan.study.set_user_attr(RESULT, result.to_dict())
     progress.phase("done", _summary(result))
     return result
 
