@@ -24,6 +24,7 @@ from autotune.decide._rounds import (
     runoff_verdict,
     verdict,
 )
+from autotune.decide._sequential import SETTLED_FROM, settled, standing
 from autotune.explore import Backend, Bounds, ExplorePlan
 from autotune.probe import Measurement
 from autotune.progress import Progress
@@ -93,7 +94,6 @@ def confirm(
     user_batch = baseline.batch_size
     configs, notes = _finalist_settings(plan, explored, baseline, default_threads)
     order = interleaved(configs, baseline)
-    roles = _roles(order, baseline)
     progress.phase(
         "confirm",
         f"measuring {len(configs)} finalist(s) and the default loader again, in "
@@ -102,8 +102,8 @@ def confirm(
     for note in notes:  # under the phase whose finalists they count among
         progress.message(note)
     progress.plan("confirm", len(order) * options.rounds, None, later=later)
-    groups = runner.measure(plan, order, roles, options.rounds)
-    finalist_rounds, default = gather(order, _measured(plan.study, groups, len(order)))
+    finalist_rounds, default = _sequential_rounds(runner, plan, order, baseline, progress)
+    measured_rounds = len(default.measurements)
     noise = round_noise(finalist_rounds)
     band = max(options.tolerance, noise)
     try:
@@ -117,12 +117,14 @@ def confirm(
             finalists=(),
             baseline=default.typical() if default.rates else None,
             confirmed=False,
-            rounds=options.rounds,
+            rounds=measured_rounds,
         )
-    rounds = options.rounds
+    rounds = measured_rounds
     contenders = contested(finalist_rounds, default, band=band, tolerance=options.tolerance)
     if contenders and options.runoff_rounds:
-        settled = _runoff(runner, plan, contenders, default, noise, progress, later=later)
+        settled = _runoff(
+            runner, plan, contenders, default, noise, progress, later=later, after=rounds
+        )
         decided = runoff_verdict(
             settled.finalists, settled.default, tolerance=options.tolerance, user_batch=user_batch
         )
@@ -146,6 +148,50 @@ def confirm(
         speedup_rounds=pick.speedups if default.complete else (),
         is_default=pick is default,
     )
+
+
+def _sequential_rounds(
+    runner: Backend,
+    plan: ExplorePlan,
+    order: list[Settings],
+    baseline: Settings,
+    progress: Progress,
+) -> tuple[list[Rounds], Rounds]:
+    """The confirming rounds, measured one at a time from the second on: each further
+    round measures only the finalists that can still be chosen
+    (:func:`autotune.decide._sequential.standing`), and none is measured once the rounds
+    so far settle the choice (:func:`autotune.decide._sequential.settled`). The
+    finalists' rounds (those no longer measured keep the rounds they had) and the
+    default loader's."""
+    options = plan.options
+    first = min(options.rounds, SETTLED_FROM)
+    groups = runner.measure(plan, order, _roles(order, baseline), first)
+    finalist_rounds, default = gather(order, _measured(plan.study, groups, len(order)))
+    for number in range(first + 1, options.rounds + 1):
+        band = max(options.tolerance, round_noise(finalist_rounds))
+        done = settled(finalist_rounds, default, band=band)
+        if done is not None:
+            progress.message(f"after {number - 1} rounds: {done.reason}")
+            break
+        left = standing(finalist_rounds, default)
+        if len(left) < len(finalist_rounds):
+            progress.message(
+                f"round {number}: {len(left)} of {len(finalist_rounds)} finalists measured "
+                "again; the others were slower than the default loader in a round or failed "
+                "one, and can no longer be chosen"
+            )
+        more_order = interleaved([r.settings for r in left], baseline)
+        more_groups = runner.measure(
+            plan, more_order, _roles(more_order, baseline), 1, first=number
+        )
+        more, more_default = gather(more_order, _measured(plan.study, more_groups, len(more_order)))
+        by_key = {r.settings.key(): r for r in more}
+        finalist_rounds = [
+            extended(r, by_key[r.settings.key()]) if r.settings.key() in by_key else r
+            for r in finalist_rounds
+        ]
+        default = extended(default, more_default)
+    return finalist_rounds, default
 
 
 def round_probes(
@@ -179,13 +225,12 @@ def _runoff(
     progress: Progress,
     *,
     later: int,
+    after: int,
 ) -> _Settled:
     """Measure ``contenders`` and the default loader in ``runoff_rounds`` more interleaved
-    rounds, turning on from the first rounds' order."""
+    rounds, turning on from the ``after`` rounds measured so far."""
     options = plan.options
     order = interleaved([r.settings for r in contenders], default.settings)
-    if options.rounds % 2:  # the last round ran as given: the next runs reversed
-        order.reverse()
     roles = _roles(order, default.settings)
     progress.phase(
         "runoff",
@@ -193,7 +238,7 @@ def _runoff(
         f"{options.runoff_rounds} more interleaved round(s) between them and the default",
     )
     progress.plan("runoff", len(order) * options.runoff_rounds, None, later=later)
-    groups = runner.measure(plan, order, roles, options.runoff_rounds)
+    groups = runner.measure(plan, order, roles, options.runoff_rounds, first=after + 1)
     more, more_default = gather(order, _measured(plan.study, groups, len(order)))
     by_key = {r.settings.key(): r for r in more}
     return _Settled(

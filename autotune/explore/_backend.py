@@ -52,12 +52,23 @@ class Backend(Protocol):
         """Run up to ``plan.options.trials`` trials (or until ``timeout``) into the study."""
 
     def measure(
-        self, plan: ExplorePlan, settings: list[Settings], roles: list[str], rounds: int
+        self,
+        plan: ExplorePlan,
+        settings: list[Settings],
+        roles: list[str],
+        rounds: int,
+        *,
+        first: int = 1,
     ) -> list[str]:
         """Measure each config fully (no pruning), ``rounds`` times over, interleaved (every
         config once, then every config again, in the order :func:`group_attrs` gives each
         round: as given, then reversed, ...); each round's trials are tagged with a new
-        group id. Returns the group ids, one per round, in order."""
+        group id. Returns the group ids, one per round, in order.
+
+        Args:
+            first: the number (from 1) of the first of these rounds among the rounds they
+                continue, so that a caller measuring round by round keeps the turning order.
+        """
 
     def close(self) -> None:
         """Release what the backend holds (a Ray session); called once, at the end."""

@@ -85,12 +85,18 @@ class EmbeddedBackend:
                     return  # Optuna stopped on its own: nothing was proposed
 
     def measure(
-        self, plan: ExplorePlan, settings: list[Settings], roles: list[str], rounds: int
+        self,
+        plan: ExplorePlan,
+        settings: list[Settings],
+        roles: list[str],
+        rounds: int,
+        *,
+        first: int = 1,
     ) -> list[str]:
         objective = self._prepare(plan, exploring=False)  # once: its rules see every round
         return [
             _measure_round(plan, objective, settings, roles, number)
-            for number in range(1, rounds + 1)
+            for number in range(first, first + rounds)
         ]
 
     def close(self) -> None:

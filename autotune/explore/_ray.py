@@ -226,13 +226,19 @@ class RayBackend:
         self._run(plan, session, resources, exploring=True, count=plan.options.trials)
 
     def measure(
-        self, plan: ExplorePlan, settings: list[Settings], roles: list[str], rounds: int
+        self,
+        plan: ExplorePlan,
+        settings: list[Settings],
+        roles: list[str],
+        rounds: int,
+        *,
+        first: int = 1,
     ) -> list[str]:
         session, resources = self._start(plan)
         # Every round in one Tune run: each run starts its Ray workers and their probe fork
         # servers anew (seconds on a small machine), which a run per round would pay each time.
         groups, attrs = [], []
-        for number in range(1, rounds + 1):
+        for number in range(first, first + rounds):
             group, round_attrs = group_attrs(settings, roles, number)
             groups.append(group)
             attrs.extend(round_attrs)

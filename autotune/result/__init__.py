@@ -5,6 +5,7 @@ it was chosen in."""
 from autotune.result._budget import BudgetPlan
 from autotune.result._confirmation import Confirmation
 from autotune.result._ddp import DdpMeasurement, DdpResult
+from autotune.result._predict import prediction_interval
 from autotune.result._result import SearchResult
 from autotune.result._search_time import SearchTime
 
@@ -15,4 +16,5 @@ __all__ = [
     "DdpResult",
     "SearchResult",
     "SearchTime",
+    "prediction_interval",
 ]

@@ -1,0 +1,98 @@
+"""Sequential confirmation: after each confirming round from the second, which finalists
+can still be chosen, and whether the rounds left could still change the choice.
+
+Two rules, over the rounds' figures alone:
+
+- a finalist that failed a round, or that was no faster than the default loader beside it
+  in one round, can no longer be chosen (:func:`beats_default` asks for every round), so
+  it is not measured again (:func:`standing`); when none is left, the default loader is
+  the choice, whatever later rounds would read;
+- the choice is settled early (:func:`settled`) when one standing finalist, the leader,
+  beat the default beyond the band in every round so far and its next round's 95%
+  prediction lies above ``1 + band`` too, while every other standing finalist trailed it
+  by more than the band in every round with a 95% prediction of its next round's ratio
+  to the leader below ``1 - band`` (so no runoff between them is due either). Each
+  skipped round would have overturned the leader's or another finalist's standing with
+  a probability under 2.5% for each of them (the prediction's one-sided tail), under the
+  interval's model of log-normal noise pooled over the finalists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+from autotune._noise import LogSpread, pooled_log_spread
+from autotune.decide._rounds import Rounds, beats_every_round, side_by_side
+from autotune.result import prediction_interval
+
+SETTLED_FROM = 2
+"""Rounds measured before the choice may be settled: one round has no spread to predict
+the next from."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Settled:
+    """The choice the rounds so far settled, and why, in a line for the user."""
+
+    leader: Rounds | None
+    """The finalist chosen; None: the default loader."""
+    reason: str
+
+
+def standing(finalists: Sequence[Rounds], default: Rounds) -> list[Rounds]:
+    """The finalists that can still be chosen over the default loader: measured in every
+    round so far and faster than the default beside them in each. Every finalist while
+    the default itself failed a round (the verdict then weighs the finalists alone)."""
+    if not default.complete:
+        return list(finalists)
+    return [r for r in finalists if r.complete and beats_every_round(r)]
+
+
+def settled(finalists: Sequence[Rounds], default: Rounds, *, band: float) -> Settled | None:
+    """The choice the rounds measured so far settle, by the rules of the module; None
+    while more rounds could still change it (or fewer than :data:`SETTLED_FROM` ran, or
+    the default loader failed a round)."""
+    if len(default.measurements) < SETTLED_FROM or not default.complete:
+        return None
+    left = standing(finalists, default)
+    if not left:
+        return Settled(
+            None,
+            "every finalist was slower than the default loader in a round or failed one: "
+            "the default loader stands, whatever more rounds read",
+        )
+    spread = pooled_log_spread([r.speedups for r in finalists if r.complete])
+    if spread is None:
+        return None
+    figures = {c.settings.key(): c.samples_per_s for c in side_by_side(left, default)}
+    leader = max(left, key=lambda r: figures.get(r.settings.key(), 0.0))
+    ahead = prediction_interval(leader.speedups, spread)
+    if ahead is None or min(leader.speedups) <= 1.0 + band or ahead[0] <= 1.0 + band:
+        return None
+    # The ratio of two finalists' speedups carries the noise of both.
+    pair = LogSpread(sd=spread.sd * math.sqrt(2.0), degrees=spread.degrees)
+    for other in left:
+        if other is leader:
+            continue
+        ratios = _ratios(other, leader)
+        behind = prediction_interval(ratios, pair) if ratios else None
+        if behind is None or max(ratios) >= 1.0 - band or behind[1] >= 1.0 - band:
+            return None
+    speedup = math.exp(sum(math.log(s) for s in leader.speedups) / len(leader.speedups))
+    return Settled(
+        leader,
+        f"{leader.settings.describe()} is {speedup:.2f}x the default loader with the next "
+        f"round predicted at {ahead[0]:.2f}x or more, beyond the noise, and ahead of every "
+        "other finalist: the choice is settled",
+    )
+
+
+def _ratios(config: Rounds, leader: Rounds) -> list[float]:
+    """``config``'s speedup over the leader's, in each round both have one."""
+    return [
+        mine / theirs
+        for mine, theirs in zip(config.round_speedups, leader.round_speedups, strict=False)
+        if mine is not None and theirs is not None and theirs > 0
+    ]

@@ -1,0 +1,102 @@
+"""Sequential confirmation: which finalists a further round measures, and when the rounds
+so far settle the choice, over set figures and through :func:`confirm` with a stand-in
+backend."""
+
+from __future__ import annotations
+
+from test_confirm import DEFAULT, Recorded, finalists_in, run
+from test_confirm import workers as loader
+from test_rounds import against, default, workers
+
+from autotune import Settings
+from autotune.decide._sequential import settled, standing
+
+
+def test_a_finalist_slower_than_the_default_in_one_round_stands_no_more() -> None:
+    base = default(100, 100)
+    ahead = against(base, workers(4), 150, 140)
+    behind_once = against(base, workers(2), 150, 99)
+    failed = against(base, workers(1), 150, None)
+    assert standing([ahead, behind_once, failed], base) == [ahead]
+
+
+def test_while_the_default_failed_a_round_every_finalist_stands() -> None:
+    base = default(100, None)
+    finalists = [against(base, workers(4), 150, 140), against(base, workers(2), 90, 80)]
+    assert standing(finalists, base) == finalists
+
+
+def test_no_finalist_standing_settles_on_the_default() -> None:
+    base = default(100, 100)
+    done = settled(
+        [against(base, workers(4), 99, 140), against(base, workers(2), 95, 98)], base, band=0.05
+    )
+    assert done is not None and done.leader is None
+    assert "the default loader stands" in done.reason
+
+
+def test_one_round_settles_nothing() -> None:
+    base = default(100)
+    assert settled([against(base, workers(4), 90)], base, band=0.05) is None
+
+
+def test_a_leader_far_beyond_the_noise_and_ahead_of_the_rest_settles_it() -> None:
+    base = default(100, 100)
+    leader = against(base, workers(4), 300, 310)
+    slower = against(base, workers(2), 150, 152)
+    done = settled([leader, slower], base, band=0.05)
+    assert done is not None and done.leader is leader
+    assert done.reason.startswith(f"{workers(4).describe()} is 3.05x the default loader")
+
+
+def test_a_close_second_keeps_the_rounds_going() -> None:
+    base = default(100, 100)
+    leader = against(base, workers(4), 300, 310)
+    # Behind by 4% only: within the band, so the cheaper one may yet be chosen.
+    second = against(base, workers(2), 290, 296)
+    assert settled([leader, second], base, band=0.05) is None
+    # Behind by more than the band in both rounds, but too noisy to predict the next.
+    noisy = against(base, workers(2), 150, 280)
+    assert settled([leader, noisy], base, band=0.05) is None
+
+
+def test_a_leader_whose_next_round_could_fall_within_the_band_settles_nothing() -> None:
+    base = default(100, 100)
+    # 1.6x and 1.2x: beyond a 5% band in both rounds, but the spread between them leaves
+    # the next round's 95% prediction below 1.05.
+    assert settled([against(base, workers(4), 160, 120)], base, band=0.05) is None
+    # Within the band in one round: not beyond the noise in every round.
+    assert settled([against(base, workers(4), 300, 104)], base, band=0.05) is None
+
+
+def test_a_clear_winner_is_confirmed_in_two_rounds_and_says_so() -> None:
+    progress = Recorded()
+    backend, confirmed = run(
+        lambda s, r: 500.0 if s == DEFAULT else (2000.0 if s.num_workers == 4 else 700.0),
+        progress=progress,
+    )
+    assert backend.rounds == 2 and confirmed.rounds == 2
+    assert confirmed.winner.settings == loader(4) and not confirmed.is_default
+    assert any(m.startswith("after 2 rounds: ") and "settled" in m for m in progress.messages)
+    assert len(confirmed.speedup_rounds) == 2
+
+
+def test_a_third_round_measures_only_the_finalists_that_can_still_be_chosen() -> None:
+    swing = (1.0, 1.3, 1.1)
+
+    def rate(s: Settings, r: int) -> float:
+        if s == DEFAULT:
+            return 1000.0
+        if s == loader(1):
+            return (1100.0, 990.0, 1100.0)[r]  # slower than the default in round 2
+        return 1000.0 + 100 * s.num_workers * swing[r]
+
+    progress = Recorded()
+    backend, confirmed = run(rate, progress=progress)
+    assert backend.rounds == 3 and confirmed.rounds == 3
+    third = finalists_in(backend.orders[2])
+    assert sorted(third) == sorted([loader(4).key(), loader(2).key()])
+    assert any(m.startswith("round 3: 2 of 3 finalists measured again") for m in progress.messages)
+    # The withdrawn finalist keeps its two rounds; the chosen one has all three.
+    assert confirmed.winner.settings == loader(4)
+    assert len(confirmed.speedup_rounds) == 3
