@@ -11,25 +11,39 @@ from test_rounds import against, default, workers
 from autotune import Settings
 from autotune.decide._sequential import settled, standing
 
+RULE = {"band": 0.05, "rounds": 3, "tolerance": 0.03}
+"""A 5% band, 3 rounds in all, a tolerance of 3%."""
+
 
 def test_a_finalist_slower_than_the_default_in_one_round_stands_no_more() -> None:
     base = default(100, 100)
     ahead = against(base, workers(4), 150, 140)
     behind_once = against(base, workers(2), 150, 99)
     failed = against(base, workers(1), 150, None)
-    assert standing([ahead, behind_once, failed], base) == [ahead]
+    assert standing([ahead, behind_once, failed], base, rounds=3, tolerance=0.03) == [ahead]
+
+
+def test_a_finalist_within_the_tolerance_in_most_rounds_stands_no_more() -> None:
+    base = default(100, 100)
+    # 2% faster in both rounds: the median of 3 cannot pass 1 + tolerance any more.
+    twice_within = against(base, workers(2), 102, 102)
+    # Within in one round only: a third could still carry the median beyond.
+    once_within = against(base, workers(4), 102, 150)
+    assert standing([twice_within, once_within], base, rounds=3, tolerance=0.03) == [once_within]
+    # Of 5 rounds, two within leave the median open; three would not.
+    assert standing([twice_within], base, rounds=5, tolerance=0.03) == [twice_within]
 
 
 def test_while_the_default_failed_a_round_every_finalist_stands() -> None:
     base = default(100, None)
     finalists = [against(base, workers(4), 150, 140), against(base, workers(2), 90, 80)]
-    assert standing(finalists, base) == finalists
+    assert standing(finalists, base, rounds=3, tolerance=0.03) == finalists
 
 
 def test_no_finalist_standing_settles_on_the_default() -> None:
     base = default(100, 100)
     done = settled(
-        [against(base, workers(4), 99, 140), against(base, workers(2), 95, 98)], base, band=0.05
+        [against(base, workers(4), 99, 140), against(base, workers(2), 95, 98)], base, **RULE
     )
     assert done is not None and done.leader is None
     assert "the default loader stands" in done.reason
@@ -37,14 +51,14 @@ def test_no_finalist_standing_settles_on_the_default() -> None:
 
 def test_one_round_settles_nothing() -> None:
     base = default(100)
-    assert settled([against(base, workers(4), 90)], base, band=0.05) is None
+    assert settled([against(base, workers(4), 90)], base, **RULE) is None
 
 
 def test_a_leader_far_beyond_the_noise_and_ahead_of_the_rest_settles_it() -> None:
     base = default(100, 100)
     leader = against(base, workers(4), 300, 310)
     slower = against(base, workers(2), 150, 152)
-    done = settled([leader, slower], base, band=0.05)
+    done = settled([leader, slower], base, **RULE)
     assert done is not None and done.leader is leader
     assert done.reason.startswith(f"{workers(4).describe()} is 3.05x the default loader")
 
@@ -54,19 +68,19 @@ def test_a_close_second_keeps_the_rounds_going() -> None:
     leader = against(base, workers(4), 300, 310)
     # Behind by 4% only: within the band, so the cheaper one may yet be chosen.
     second = against(base, workers(2), 290, 296)
-    assert settled([leader, second], base, band=0.05) is None
+    assert settled([leader, second], base, **RULE) is None
     # Behind by more than the band in both rounds, but too noisy to predict the next.
     noisy = against(base, workers(2), 150, 280)
-    assert settled([leader, noisy], base, band=0.05) is None
+    assert settled([leader, noisy], base, **RULE) is None
 
 
 def test_a_leader_whose_next_round_could_fall_within_the_band_settles_nothing() -> None:
     base = default(100, 100)
     # 1.6x and 1.2x: beyond a 5% band in both rounds, but the spread between them leaves
     # the next round's 95% prediction below 1.05.
-    assert settled([against(base, workers(4), 160, 120)], base, band=0.05) is None
+    assert settled([against(base, workers(4), 160, 120)], base, **RULE) is None
     # Within the band in one round: not beyond the noise in every round.
-    assert settled([against(base, workers(4), 300, 104)], base, band=0.05) is None
+    assert settled([against(base, workers(4), 300, 104)], base, **RULE) is None
 
 
 def test_a_clear_winner_is_confirmed_in_two_rounds_and_says_so() -> None:

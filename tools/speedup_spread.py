@@ -29,7 +29,7 @@ import optuna
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autotune._noise import half_range
-from autotune.decide._confirm import _measured
+from autotune.decide._confirm import measured_rounds
 from autotune.decide._rounds import gather
 from autotune.settings._settings import Settings
 from autotune.study._study import GROUP, POSITION, SETTINGS
@@ -53,7 +53,7 @@ def spreads(study: optuna.Study) -> tuple[list[float], list[float]] | None:
         order[trial.user_attrs[POSITION]] = Settings.from_dict(trial.user_attrs[SETTINGS])
     groups = sorted(first, key=first.__getitem__)
     layout = [order[p] for p in range(max(order) + 1)]
-    found = _measured(study, groups, len(layout))
+    found = measured_rounds(study, groups, len(layout))
     finalists, _ = gather(layout, found)
     last = found[-1]
     beside, end = [], []

@@ -1,10 +1,12 @@
 """Deciding: the finalists confirmed, the cheapest within the tolerance chosen, the DDP stage,
-the ceilings measured, a study's earlier answer measured again, and the diagnosis of where
+the ceilings measured, a study's earlier answer measured again, the default kept early
+when it already trains at the compute ceiling, and the diagnosis of where
 the time goes."""
 
 from autotune.decide._ceilings import Ceilings, measure_ceilings
 from autotune.decide._choose import cost
 from autotune.decide._confirm import (
+    Confirmed,
     confirm,
     explored_candidates,
     most_confirmed,
@@ -13,12 +15,14 @@ from autotune.decide._confirm import (
 )
 from autotune.decide._ddp import planned_probes, run_ddp_stage
 from autotune.decide._diagnosis import Diagnosis, diagnose
+from autotune.decide._early import near_ceiling
 from autotune.decide._recheck import Recheck, earlier_answer, earlier_finalists, recheck
 from autotune.decide._rounds import round_length
 from autotune.decide._saved import result_of
 
 __all__ = [
     "Ceilings",
+    "Confirmed",
     "Diagnosis",
     "Recheck",
     "confirm",
@@ -30,6 +34,7 @@ __all__ = [
     "measure_ceilings",
     "most_confirmed",
     "most_in_runoff",
+    "near_ceiling",
     "planned_probes",
     "recheck",
     "result_of",

@@ -103,7 +103,7 @@ def confirm(
         progress.message(note)
     progress.plan("confirm", len(order) * options.rounds, None, later=later)
     finalist_rounds, default = _sequential_rounds(runner, plan, order, baseline, progress)
-    measured_rounds = len(default.measurements)
+    taken = len(default.measurements)
     noise = round_noise(finalist_rounds)
     band = max(options.tolerance, noise)
     try:
@@ -117,9 +117,9 @@ def confirm(
             finalists=(),
             baseline=default.typical() if default.rates else None,
             confirmed=False,
-            rounds=measured_rounds,
+            rounds=taken,
         )
-    rounds = measured_rounds
+    rounds = taken
     contenders = contested(finalist_rounds, default, band=band, tolerance=options.tolerance)
     if contenders and options.runoff_rounds:
         settled = _runoff(
@@ -166,25 +166,35 @@ def _sequential_rounds(
     options = plan.options
     first = min(options.rounds, SETTLED_FROM)
     groups = runner.measure(plan, order, _roles(order, baseline), first)
-    finalist_rounds, default = gather(order, _measured(plan.study, groups, len(order)))
+    finalist_rounds, default = gather(order, measured_rounds(plan.study, groups, len(order)))
     for number in range(first + 1, options.rounds + 1):
         band = max(options.tolerance, round_noise(finalist_rounds))
-        done = settled(finalist_rounds, default, band=band)
+        done = settled(
+            finalist_rounds,
+            default,
+            band=band,
+            rounds=options.rounds,
+            tolerance=options.tolerance,
+        )
         if done is not None:
             progress.message(f"after {number - 1} rounds: {done.reason}")
             break
-        left = standing(finalist_rounds, default)
+        left = standing(
+            finalist_rounds, default, rounds=options.rounds, tolerance=options.tolerance
+        )
         if len(left) < len(finalist_rounds):
             progress.message(
                 f"round {number}: {len(left)} of {len(finalist_rounds)} finalists measured "
-                "again; the others were slower than the default loader in a round or failed "
-                "one, and can no longer be chosen"
+                "again; the others can no longer beat the default loader beyond the noise "
+                "(each was slower in a round, within the tolerance in too many, or failed one)"
             )
         more_order = interleaved([r.settings for r in left], baseline)
         more_groups = runner.measure(
             plan, more_order, _roles(more_order, baseline), 1, first=number
         )
-        more, more_default = gather(more_order, _measured(plan.study, more_groups, len(more_order)))
+        more, more_default = gather(
+            more_order, measured_rounds(plan.study, more_groups, len(more_order))
+        )
         by_key = {r.settings.key(): r for r in more}
         finalist_rounds = [
             extended(r, by_key[r.settings.key()]) if r.settings.key() in by_key else r
@@ -239,7 +249,7 @@ def _runoff(
     )
     progress.plan("runoff", len(order) * options.runoff_rounds, None, later=later)
     groups = runner.measure(plan, order, roles, options.runoff_rounds, first=after + 1)
-    more, more_default = gather(order, _measured(plan.study, groups, len(order)))
+    more, more_default = gather(order, measured_rounds(plan.study, groups, len(order)))
     by_key = {r.settings.key(): r for r in more}
     return _Settled(
         finalists=[extended(r, by_key[r.settings.key()]) for r in contenders],
@@ -377,7 +387,9 @@ def without_workers(
     return lighter if space.contains(lighter) else None
 
 
-def _measured(study: optuna.Study, groups: list[str], size: int) -> list[list[Measurement | None]]:
+def measured_rounds(
+    study: optuna.Study, groups: list[str], size: int
+) -> list[list[Measurement | None]]:
     """The measurement at each position of a round's order, in each round
     (``[position][round]``; None where the probe failed)."""
     index = {group: i for i, group in enumerate(groups)}

@@ -22,7 +22,7 @@ from typing import Any
 
 import optuna
 
-from autotune.decide._confirm import _measured, _roles
+from autotune.decide._confirm import _roles, measured_rounds
 from autotune.decide._rounds import gather, interleaved
 from autotune.explore import Backend, ExplorePlan
 from autotune.probe import Measurement
@@ -108,7 +108,7 @@ def recheck(
     )
     progress.plan("recheck", len(order) * ROUNDS, None, later=later)
     groups = runner.measure(plan, order, _roles(order, baseline), ROUNDS)
-    (rounds,), default = gather(order, _measured(plan.study, groups, len(order)))
+    (rounds,), default = gather(order, measured_rounds(plan.study, groups, len(order)))
     if not rounds.complete or not default.complete or not rounds.speedups:
         return Recheck(
             reason=f"{contender.describe()} or the default loader failed to measure again"

@@ -3,10 +3,12 @@ can still be chosen, and whether the rounds left could still change the choice.
 
 Two rules, over the rounds' figures alone:
 
-- a finalist that failed a round, or that was no faster than the default loader beside it
-  in one round, can no longer be chosen (:func:`beats_default` asks for every round), so
-  it is not measured again (:func:`standing`); when none is left, the default loader is
-  the choice, whatever later rounds would read;
+- a finalist that failed a round, that was no faster than the default loader beside it
+  in one round, or within the tolerance of it in more than half the rounds to measure,
+  can no longer be chosen (:func:`~autotune.decide._rounds.beats_default` asks for every
+  round faster and a median beyond the band, which is never narrower than the
+  tolerance), so it is not measured again (:func:`standing`); when none is left, the
+  default loader is the choice, whatever later rounds would read;
 - the choice is settled early (:func:`settled`) when one standing finalist, the leader,
   beat the default beyond the band in every round so far and its next round's 95%
   prediction lies above ``1 + band`` too, while every other standing finalist trailed it
@@ -41,27 +43,41 @@ class Settled:
     reason: str
 
 
-def standing(finalists: Sequence[Rounds], default: Rounds) -> list[Rounds]:
-    """The finalists that can still be chosen over the default loader: measured in every
-    round so far and faster than the default beside them in each. Every finalist while
-    the default itself failed a round (the verdict then weighs the finalists alone)."""
+def standing(
+    finalists: Sequence[Rounds], default: Rounds, *, rounds: int, tolerance: float
+) -> list[Rounds]:
+    """The finalists that can still be chosen over the default loader after all
+    ``rounds``: measured in every round so far, faster than the default beside them in
+    each, and beyond ``1 + tolerance`` (the band's least) in enough of them that their
+    median over ``rounds`` still can be. Every finalist while the default itself failed a
+    round (the verdict then weighs the finalists alone)."""
     if not default.complete:
         return list(finalists)
-    return [r for r in finalists if r.complete and beats_every_round(r)]
+    most_within = rounds // 2  # one more, and the median of `rounds` is within as well
+    return [
+        r
+        for r in finalists
+        if r.complete
+        and beats_every_round(r)
+        and sum(s <= 1.0 + tolerance for s in r.speedups) <= most_within
+    ]
 
 
-def settled(finalists: Sequence[Rounds], default: Rounds, *, band: float) -> Settled | None:
-    """The choice the rounds measured so far settle, by the rules of the module; None
-    while more rounds could still change it (or fewer than :data:`SETTLED_FROM` ran, or
-    the default loader failed a round)."""
+def settled(
+    finalists: Sequence[Rounds], default: Rounds, *, band: float, rounds: int, tolerance: float
+) -> Settled | None:
+    """The choice the rounds measured so far settle, by the rules of the module, when
+    ``rounds`` are to be measured in all; None while more rounds could still change it
+    (or fewer than :data:`SETTLED_FROM` ran, or the default loader failed a round)."""
     if len(default.measurements) < SETTLED_FROM or not default.complete:
         return None
-    left = standing(finalists, default)
+    left = standing(finalists, default, rounds=rounds, tolerance=tolerance)
     if not left:
         return Settled(
             None,
-            "every finalist was slower than the default loader in a round or failed one: "
-            "the default loader stands, whatever more rounds read",
+            "no finalist can beat the default loader beyond the noise any more (each was "
+            "slower in a round, within the tolerance in too many, or failed one): the "
+            "default loader stands, whatever more rounds read",
         )
     spread = pooled_log_spread([r.speedups for r in finalists if r.complete])
     if spread is None:

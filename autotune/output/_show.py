@@ -151,6 +151,7 @@ def show_json(
             "samples_per_s": result.samples_per_s,
             "interval": list(interval) if interval else None,
             "is_default": result.is_default,
+            "at_ceiling": result.at_ceiling,
             "default": (
                 {
                     "settings": baseline.settings.to_dict(),

@@ -19,10 +19,12 @@ from autotune._errors import StudyError, WorkloadError
 from autotune._format import format_rate
 from autotune.decide import (
     Ceilings,
+    Confirmed,
     confirm,
     earlier_answer,
     explored_candidates,
     measure_ceilings,
+    near_ceiling,
     planned_probes,
     recheck,
     round_length,
@@ -41,7 +43,7 @@ from autotune.explore import (
     worker_hang,
 )
 from autotune.machine import Machine
-from autotune.pipeline._budget import start_budget
+from autotune.pipeline._budget import Deadline, start_budget
 from autotune.pipeline._setup import inputs, prepare
 from autotune.pipeline._starts import record_start, seeds_from
 from autotune.probe import (
@@ -231,30 +233,20 @@ def _run_stages(
     )
     if held is not None:
         return held
-    options = plan.options = deadline.exploring(options, progress)
-    # Later: the finalists and the default loader re-measured (the default beside every
-    # two; a runoff, when one runs, is counted once it starts), the DDP probes, the ceilings.
-    later = round_length(options.finalists) * options.rounds + ddp_probes + ceiling_probes
-    _explore(runner, plan, workload, path, placement, later=later)
-
-    explored = explored_candidates(study, space)
-    if not explored:
-        raise WorkloadError(
-            f"{workload.origin()}: no config finished a probe; see the failures with "
-            f"`autotune show {path}`."
+    confirmed = near_ceiling(runner, plan, baseline, info, progress) if len(slots) == 1 else None
+    if confirmed is None:
+        confirmed = _explore_and_confirm(
+            runner,
+            plan,
+            workload,
+            path,
+            placement,
+            baseline,
+            deadline,
+            info=info,
+            later=ddp_probes + ceiling_probes,
         )
-    options = plan.options = deadline.confirming(
-        options, round_probes(plan, explored, baseline, info.get("torch_threads")), progress
-    )
-    confirmed = confirm(
-        runner,
-        plan,
-        explored,
-        baseline,
-        progress,
-        later=ddp_probes + ceiling_probes,
-        default_threads=info.get("torch_threads"),
-    )
+    options = plan.options
     winner = confirmed.winner
 
     ddp: DdpResult | None = None
@@ -317,6 +309,45 @@ def _run_stages(
 
 
 # --------------------------------------------------------------------- stages
+def _explore_and_confirm(
+    runner: Backend,
+    plan: ExplorePlan,
+    workload: Workload,
+    path: Path,
+    placement: Placement,
+    baseline: Settings,
+    deadline: Deadline,
+    *,
+    info: Mapping[str, Any],
+    later: int,
+) -> Confirmed:
+    """Explore the space, then confirm the finalists beside the default loader, each
+    stage with the options the budget leaves it; ``later``: the probes to come after."""
+    options = plan.options = deadline.exploring(plan.options, plan.progress)
+    # Later: the finalists and the default loader re-measured (the default beside every
+    # two; a runoff, when one runs, is counted once it starts), the DDP probes, the ceilings.
+    coming = round_length(options.finalists) * options.rounds + later
+    _explore(runner, plan, workload, path, placement, later=coming)
+    explored = explored_candidates(plan.study, plan.space)
+    if not explored:
+        raise WorkloadError(
+            f"{workload.origin()}: no config finished a probe; see the failures with "
+            f"`autotune show {path}`."
+        )
+    plan.options = deadline.confirming(
+        options, round_probes(plan, explored, baseline, info.get("torch_threads")), plan.progress
+    )
+    return confirm(
+        runner,
+        plan,
+        explored,
+        baseline,
+        plan.progress,
+        later=later,
+        default_threads=info.get("torch_threads"),
+    )
+
+
 def _explore(
     runner: Backend,
     plan: ExplorePlan,

@@ -42,6 +42,10 @@ class Confirmation:
     """Chosen / default in each round, both measured side by side."""
     is_default: bool = False
     """No config beat the default DataLoader beyond the noise: it is the recommendation."""
+    at_ceiling: float | None = None
+    """The highest compute ceiling of the space (samples/s), where the default loader
+    already trained within the tolerance of it and the search ended there, nothing
+    explored; None otherwise."""
 
     def confirmation(self) -> dict[str, Any]:
         """This record's fields by name, to carry them into another record of the same

@@ -134,6 +134,13 @@ class SearchResult(Confirmation):
 
     def default_text(self) -> str:
         """Why the default DataLoader is the recommendation."""
+        if self.at_ceiling is not None:
+            return (
+                f"the default DataLoader is the recommendation: it trains within "
+                f"{self.tolerance:.0%} of the model's highest compute ceiling "
+                f"({format_rate(self.at_ceiling)} samples/s on batches in memory), so no "
+                "loader setting can speed it up; keep your loader as it is"
+            )
         return (
             f"the default DataLoader is the recommendation: no config beat it beyond the "
             f"noise (max(tolerance {self.tolerance:.0%}, {self.noise:.0%} between "
@@ -258,6 +265,7 @@ class SearchResult(Confirmation):
             "rates_spread": self.rates_spread.to_dict() if self.rates_spread else None,
             "speedup_rounds": list(self.speedup_rounds),
             "is_default": self.is_default,
+            "at_ceiling": self.at_ceiling,
             "user_batch_size": self.user_batch,
             "space": self.space,
             "gradient_accumulation_steps": self.gradient_accumulation_steps,
@@ -311,6 +319,7 @@ class SearchResult(Confirmation):
             ),
             speedup_rounds=tuple(data.get("speedup_rounds", ())),
             is_default=data.get("is_default", False),
+            at_ceiling=data.get("at_ceiling"),
             user_batch_size=data.get("user_batch_size"),
             space=dict(data.get("space") or {}),
             workload=data.get("workload", {}),

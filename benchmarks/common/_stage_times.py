@@ -12,7 +12,17 @@ from typing import Any
 
 TOTAL = "search"
 """The column of the whole search: its stages, the setup before the preflight and all."""
-ORDER = ("preflight", "bounds", "workers", "recheck", "explore", "confirm", "runoff", "ddp")
+ORDER = (
+    "preflight",
+    "bounds",
+    "workers",
+    "recheck",
+    "early",
+    "explore",
+    "confirm",
+    "runoff",
+    "ddp",
+)
 """The stages in the order a search runs them (the ceilings last, after any other), so
 the columns read as a search goes whichever workload first ran a stage."""
 
