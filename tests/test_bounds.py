@@ -15,6 +15,7 @@ from autotune.explore import _bounds
 from autotune.explore._bounds import (
     COMPUTE_CEILINGS,
     COMPUTE_READINGS,
+    OUT_OF_REACH,
     READINGS,
     Bounds,
     compute_configs,
@@ -120,6 +121,23 @@ def test_each_ceiling_is_the_highest_of_readings_in_probes_of_their_own(monkeypa
     # Resumed: nothing read again.
     again = Readings({1: [], 2: []})
     assert _measure(again, study, monkeypatch) == bounds and again.probed == []
+
+
+def test_a_combination_far_below_the_highest_is_read_once(monkeypatch) -> None:
+    # Two threads first read at 0.55 of one thread's first reading: below OUT_OF_REACH,
+    # further than any low reading ever fell, so no second probe for it.
+    readings = Readings({1: [2000.0, 2100.0], 2: [1100.0, 1900.0]})
+    study = optuna.create_study()
+    bounds = _measure(readings, study, monkeypatch)
+    one, two = "batch=64 amp=off threads=1", "batch=64 amp=off threads=2"
+    assert OUT_OF_REACH == 0.6 and readings.probed == [one, two, one]
+    assert bounds is not None and bounds.ceilings == {one: 2100.0, two: 1100.0}
+    assert study.user_attrs[COMPUTE_READINGS] == {one: [2000.0, 2100.0], two: [1100.0]}
+    assert any("1 combination(s) read below 60% of the highest" in m for m in readings.messages)
+    # At 0.65 of the highest, within reach of a low reading: read twice.
+    closer = Readings({1: [2000.0, 2100.0], 2: [1300.0, 1900.0]})
+    assert _measure(closer, optuna.create_study(), monkeypatch) is not None
+    assert closer.probed == [one, two, one, two]
 
 
 def test_a_failed_reading_keeps_the_others_and_an_older_study_gets_its_second(monkeypatch) -> None:

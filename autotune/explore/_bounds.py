@@ -14,7 +14,8 @@ combination, the ceilings let the search
 Both act on a ceiling unrun configs never get a chance to contradict, so one low
 reading could hide the best combination. Each combination is read in
 :data:`READINGS` probe processes, one pass over every combination after another,
-and its ceiling is the highest reading: noise only ever slows a reading down.
+and its ceiling is the highest reading: noise only ever slows a reading down. A
+combination read far below the highest (:data:`OUT_OF_REACH`) is read once.
 
 The ceilings are kept in the study, so a resumed search does not measure them again.
 """
@@ -41,6 +42,10 @@ READINGS = 2
 """Probe processes that read each compute ceiling. One process may run the model well
 below the next, however steady its own windows, and with one reading a low one rules
 out every config of that combination unrun (the runs: ``docs/decisions.md``)."""
+OUT_OF_REACH = 0.6
+"""A combination whose first reading is below this share of the highest is not read
+again: the lowest reading a probe process gave was about 0.7 of that combination's
+usual, so a second reading could not bring it near the highest."""
 MAX_COMBINATIONS = 16
 """Above this many (batch size, AMP, threads) combinations, no bounds are measured."""
 NOISE_MARGIN = 0.05
@@ -134,6 +139,13 @@ def _stored_readings(study: optuna.Study, figures: Mapping[str, Figures]) -> dic
     return readings
 
 
+def _out_of_reach(taken: list[float], readings: Mapping[str, list[float]]) -> bool:
+    """Whether a combination read at ``taken`` needs no further reading: it was read,
+    and even its highest reading lies below :data:`OUT_OF_REACH` of the highest of all."""
+    highest = max((rate for rates in readings.values() for rate in rates), default=0.0)
+    return bool(taken) and max(taken) < OUT_OF_REACH * highest
+
+
 def _readings_to_take(
     configs: list[Settings], readings: Mapping[str, list[float]]
 ) -> list[Settings]:
@@ -169,7 +181,11 @@ def measure_bounds(
         return None, {}
     figures = _stored_figures(study)
     readings = _stored_readings(study, figures)
-    todo = _readings_to_take(configs, readings)
+    todo = [
+        settings
+        for settings in _readings_to_take(configs, readings)
+        if not _out_of_reach(readings.get(compute_key(settings), []), readings)
+    ]
     if todo:
         combinations = len({compute_key(settings) for settings in todo})
         progress.phase(
@@ -181,9 +197,13 @@ def measure_bounds(
         short = dataclasses.replace(
             template, mode="compute", max_windows=reference_windows(template.max_windows)
         )
+        skipped: list[str] = []
         for settings in todo:
-            result = run_probe(dataclasses.replace(short, settings=settings))
             key = compute_key(settings)
+            if _out_of_reach(readings.get(key, []), readings):
+                skipped.append(key)
+                continue
+            result = run_probe(dataclasses.replace(short, settings=settings))
             if result.failure is not None:
                 progress.message(f"compute ceiling, {key}: not measured ({result.failure.message})")
                 continue
@@ -202,6 +222,11 @@ def measure_bounds(
             # Kept after every reading: an interrupted search resumes with what it read.
             study.set_user_attr(COMPUTE_CEILINGS, {k: f.to_dict() for k, f in figures.items()})
             study.set_user_attr(COMPUTE_READINGS, readings)
+        if skipped:
+            progress.message(
+                f"{len(skipped)} combination(s) read below {OUT_OF_REACH:.0%} of the highest "
+                "ceiling: not read again, since no low reading was ever that far below"
+            )
     models = {compute_key(c): c for c in configs}
     rates = {k: f.samples_per_s for k, f in figures.items() if k in models and f.samples_per_s > 0}
     return (Bounds(rates, models) if rates else None), figures
