@@ -266,6 +266,15 @@ SIMULATED: tuple[BenchWorkload, ...] = (
         in_default_run=False,
     ),
     BenchWorkload(
+        name="sim-short-step",
+        config=WORKLOADS_DIR / "sim_short_step.py",
+        summary="in-memory rows; a simulated accelerator whose step takes under 2 ms, where "
+        "a per-step cost of the probe would show",
+        grid=_short_step,
+        must_beat_baselines=False,
+        in_default_run=False,
+    ),
+    BenchWorkload(
         name="sim-ddp",
         config=WORKLOADS_DIR / "sim_ddp.py",
         summary="numpy-augmented images; two DDP ranks, each with its own simulated "
