@@ -295,16 +295,18 @@ def test_a_winner_gets_its_median_and_a_speedup_interval() -> None:
     # 95% prediction intervals of the rounds (Student's t on their logarithms), wider
     # than the rounds' range 800-1,500 and 1.6-3.0. The samples/s one takes its spread
     # pooled over the 4 configs of the rounds (8 degrees of freedom; the other three
-    # read the same in every round), the speedup's its own rounds.
+    # read the same in every round), the speedup's over the 3 finalists' speedups (6).
     assert confirmed.rates_spread is not None and confirmed.rates_spread.degrees == 8
     assert result.interval == pytest.approx((751.2, 1881.2), abs=0.1)
     assert result.rate_text() == "1,400 samples/s (95% prediction 751-1,881, 3 rounds)"
     assert prediction_interval(result.rates) == pytest.approx((214.4, 6591.9), abs=0.1)
     assert result.speedup == pytest.approx(2.8)
-    assert result.speedup_interval == pytest.approx((0.429, 13.184), abs=0.001)
-    assert result.speedup_text() == "2.80x (95% prediction 0.43-13.18, 3 rounds)"
+    assert confirmed.speedup_spread is not None and confirmed.speedup_spread.degrees == 6
+    assert result.speedup_interval == pytest.approx((1.355, 4.172), abs=0.001)
+    assert prediction_interval(result.speedup_rounds) == pytest.approx((0.429, 13.184), abs=0.001)
+    assert result.speedup_text() == "2.80x (95% prediction 1.35-4.17, 3 rounds)"
     assert any(
-        line == "speedup over the default: 2.80x (95% prediction 0.43-13.18, 3 rounds)"
+        line == "speedup over the default: 2.80x (95% prediction 1.35-4.17, 3 rounds)"
         for line in result_lines(result)
     )
 

@@ -19,7 +19,7 @@ def names(cls: type) -> list[str]:
 
 def test_confirmed_and_the_result_share_the_confirmations_fields() -> None:
     shared = names(Confirmation)
-    assert len(shared) == 9
+    assert len(shared) == 11
     assert names(Confirmed)[: len(shared)] == shared
     assert names(SearchResult)[: len(shared)] == shared
 

@@ -65,7 +65,9 @@ def test_a_choice_that_reads_below_the_earlier_prediction_no_longer_holds() -> N
 
 def test_a_choice_that_no_longer_beats_the_default_beyond_the_noise_does_not_hold() -> None:
     # One earlier round: no interval to read, the noise band alone.
-    before = dataclasses.replace(earlier(), speedup_rounds=(2.0,), rates=(2000.0,), rounds=1)
+    before = dataclasses.replace(
+        earlier(), speedup_rounds=(2.0,), speedup_spread=None, rates=(2000.0,), rounds=1
+    )
     assert before.speedup_interval is None
     checked = recheck(measured_at(1020.0), plan(), before, DEFAULT, QuietProgress())
     assert checked is not None and not checked.held

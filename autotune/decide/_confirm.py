@@ -146,6 +146,11 @@ def confirm(
             [r.rates for r in (*finalist_rounds, default) if r.complete]
         ),
         speedup_rounds=pick.speedups if default.complete else (),
+        speedup_spread=(
+            pooled_log_spread([r.speedups for r in finalist_rounds if r.complete])
+            if default.complete
+            else None
+        ),
         is_default=pick is default,
     )
 

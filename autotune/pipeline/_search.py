@@ -265,7 +265,12 @@ def _run_stages(
         if winner.settings != confirmed.winner.settings:
             # The DDP figures chose another finalist: the rounds measured the first one.
             confirmed = dataclasses.replace(
-                confirmed, rates=(), rates_spread=None, speedup_rounds=(), is_default=False
+                confirmed,
+                rates=(),
+                rates_spread=None,
+                speedup_rounds=(),
+                speedup_spread=None,
+                is_default=False,
             )
     hang = worker_hang(study)
     if hang is not None:  # the loader alone with as many workers would hang the same way

@@ -40,6 +40,11 @@ class Confirmation:
     interval then takes the chosen config's own rounds)."""
     speedup_rounds: tuple[float, ...] = ()
     """Chosen / default in each round, both measured side by side."""
+    speedup_spread: LogSpread | None = None
+    """The spread of the speedups over the default loader between the rounds, pooled over
+    every finalist measured in all the rounds it was measured in (None: a study from
+    before it was kept; the speedup's interval then takes the chosen config's own
+    rounds, which two rounds hardly estimate)."""
     is_default: bool = False
     """No config beat the default DataLoader beyond the noise: it is the recommendation."""
     at_ceiling: float | None = None

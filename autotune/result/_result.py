@@ -94,11 +94,12 @@ class SearchResult(Confirmation):
     @property
     def speedup_interval(self) -> tuple[float, float] | None:
         """Where the speedup over the default lies with 95% probability when measured
-        again: the prediction interval of the per-round speedups (two rounds or more;
+        again: the prediction interval of the per-round speedups, their spread pooled over
+        the finalists measured in the same rounds (two rounds or more;
         :func:`autotune.result._predict.prediction_interval`)."""
         if self.is_default:
             return None
-        return prediction_interval(self.speedup_rounds)
+        return prediction_interval(self.speedup_rounds, self.speedup_spread)
 
     @property
     def interval(self) -> tuple[float, float] | None:
@@ -264,6 +265,7 @@ class SearchResult(Confirmation):
             "rates": list(self.rates),
             "rates_spread": self.rates_spread.to_dict() if self.rates_spread else None,
             "speedup_rounds": list(self.speedup_rounds),
+            "speedup_spread": self.speedup_spread.to_dict() if self.speedup_spread else None,
             "is_default": self.is_default,
             "at_ceiling": self.at_ceiling,
             "user_batch_size": self.user_batch,
@@ -318,6 +320,9 @@ class SearchResult(Confirmation):
                 LogSpread.from_dict(data["rates_spread"]) if data.get("rates_spread") else None
             ),
             speedup_rounds=tuple(data.get("speedup_rounds", ())),
+            speedup_spread=(
+                LogSpread.from_dict(data["speedup_spread"]) if data.get("speedup_spread") else None
+            ),
             is_default=data.get("is_default", False),
             at_ceiling=data.get("at_ceiling"),
             user_batch_size=data.get("user_batch_size"),
