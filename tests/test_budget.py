@@ -344,6 +344,11 @@ def test_a_search_under_a_budget_runs_what_it_planned_and_keeps_the_plan(workdir
     assert 1 <= len(explored) <= MIN_TRIALS
     assert result.confirmed and result.rounds == 1 and result.baseline is not None
     assert result.ceilings == {} and result.loader_limit is None
+    # The diagnosis says why it has no ceilings, and what brings them back.
+    lacking = [a for d in autotune.decide.diagnose(result) for a in d.advice if "ceilings" in a]
+    assert lacking and all(
+        "(the time budget left them out: a larger --budget keeps them)" in a for a in lacking
+    )
     # The study keeps the plan, and shows it.
     assert SearchResult.from_dict(study.user_attrs["autotune.result"]).budget == budget
     assert study.user_attrs["autotune"]["options"]["budget"] == 1.0

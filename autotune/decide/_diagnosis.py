@@ -180,6 +180,7 @@ def diagnose_config(
     searched: Searched | None = None,
     device: str | None = None,
     chosen: bool = False,
+    no_ceilings: str = "search with ceilings=True",
 ) -> Diagnosis:
     """The diagnosis of one measured config.
 
@@ -197,6 +198,7 @@ def diagnose_config(
             the copy to an accelerator.
         chosen: the search recommends this config over the others it measured, so advice
             never points to a setting the search covered and found no faster.
+        no_ceilings: how to have the ceilings measured, where they were not.
     """
     settings = measurement.settings
     figures = measurement.figures
@@ -244,7 +246,14 @@ def diagnose_config(
         best_workers=best_workers,
     )
     advice = _advice(
-        measurement, verdict, compute_rate, loader, cpus, searched or Searched(), chosen=chosen
+        measurement,
+        verdict,
+        compute_rate,
+        loader,
+        cpus,
+        searched or Searched(),
+        chosen=chosen,
+        no_ceilings=no_ceilings,
     )
     advice += _copy(settings, figures.copy_fraction, device)
     return Diagnosis(
@@ -272,6 +281,7 @@ def _advice(
     searched: Searched,
     *,
     chosen: bool,
+    no_ceilings: str,
 ) -> list[str]:
     settings = measurement.settings
     figures = measurement.figures
@@ -316,7 +326,7 @@ def _advice(
         )
     if compute is None and data is None:
         advice.append(
-            "the ceilings were not measured (search with ceilings=True) to tell whether a "
+            f"the ceilings were not measured ({no_ceilings}) to tell whether a "
             "loader setting or only a change outside them can help."
         )
     if figures.window_spread > NOISY:
@@ -461,6 +471,11 @@ def diagnose(result: SearchResult) -> list[Diagnosis]:
     itself the winner)."""
     cpus = result.machine.cpus or None
     searched = Searched.from_space(result.space)
+    no_ceilings = (
+        "the time budget left them out: a larger --budget keeps them"
+        if result.budget is not None and result.budget.left_out_ceilings
+        else "search with ceilings=True"
+    )
     best_loader = _best_loader(result)
     if result.is_default:
         # The recommendation is the default loader itself: one diagnosis, not the same
@@ -480,6 +495,7 @@ def diagnose(result: SearchResult) -> list[Diagnosis]:
         searched=searched,
         device=result.device,
         chosen=True,
+        no_ceilings=no_ceilings,
     )
     diagnoses = [best]
     if result.baseline is not None and not result.is_default:
@@ -494,6 +510,7 @@ def diagnose(result: SearchResult) -> list[Diagnosis]:
                 best_loader=best_loader,
                 searched=searched,
                 device=result.device,
+                no_ceilings=no_ceilings,
             )
         )
     return diagnoses

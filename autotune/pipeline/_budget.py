@@ -36,7 +36,7 @@ from autotune._format import format_duration
 from autotune.explore import readings_left, sweep_left
 from autotune.pipeline._costs import STAGES, ProbeCost, SearchShape, stage_seconds, trial_windows
 from autotune.progress import Progress
-from autotune.result import BudgetPlan
+from autotune.result import CEILINGS, BudgetPlan
 from autotune.space import Space
 from autotune.study import records
 from autotune.workload import SearchOptions
@@ -141,7 +141,7 @@ def plan(
 
 
 _PARTS = (
-    ("ceilings", "the ceilings"),
+    ("ceilings", CEILINGS),
     ("runoff_rounds", "the runoff"),
     ("ddp_knobs", "the DDP keywords' tuning"),
     ("bounds", "the bounds and the worker sweep"),

@@ -2,7 +2,7 @@
 as code (the DDP launch line included), how long the search took, and the time budget
 it was chosen in."""
 
-from autotune.result._budget import BudgetPlan
+from autotune.result._budget import CEILINGS, BudgetPlan
 from autotune.result._confirmation import Confirmation
 from autotune.result._ddp import DdpMeasurement, DdpResult
 from autotune.result._predict import prediction_interval
@@ -10,6 +10,7 @@ from autotune.result._result import SearchResult
 from autotune.result._search_time import SearchTime
 
 __all__ = [
+    "CEILINGS",
     "BudgetPlan",
     "Confirmation",
     "DdpMeasurement",

@@ -8,6 +8,9 @@ from typing import Any
 
 from autotune._format import count, format_duration
 
+CEILINGS = "the ceilings"
+"""What :attr:`BudgetPlan.left_out` calls the ceilings stage."""
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class BudgetPlan:
@@ -30,6 +33,12 @@ class BudgetPlan:
     fits: bool = True
     """False when even the least search (a few trials and one confirming round) was
     planned to take longer than the budget; that least search ran all the same."""
+
+    @property
+    def left_out_ceilings(self) -> bool:
+        """Whether the plan left the ceilings out (the diagnosis then says why it lacks
+        them)."""
+        return CEILINGS in self.left_out
 
     def planned(self, stage: str) -> float | None:
         """The seconds planned for ``stage``; None when it was left out."""
