@@ -353,6 +353,9 @@ def test_a_search_under_a_budget_runs_what_it_planned_and_keeps_the_plan(workdir
     assert SearchResult.from_dict(study.user_attrs["autotune.result"]).budget == budget
     assert study.user_attrs["autotune"]["options"]["budget"] == 1.0
     assert budget.describe() in autotune.output.result_lines(result)
+    assert f"- **time budget**: {budget.describe()}" in autotune.report(
+        "studies/budget.db", format="md"
+    )
     assert dataclasses.asdict(autotune.load("studies/budget.db").budget) == dataclasses.asdict(
         budget
     )

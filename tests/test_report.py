@@ -110,6 +110,8 @@ def test_the_cli_writes_html_next_to_the_study_and_md_to_stdout(
     assert main(["report", str(study), "--format", "md"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("# autotune report: small\n") and "## Diagnosis" in out
+    took = autotune.load(small_study.path).search_time
+    assert took is not None and f"- **search time**: {took.describe()}" in out
 
 
 def test_show_prints_the_diagnosis(capsys, small_study) -> None:

@@ -51,7 +51,8 @@ class ReportData:
         return f"{len(self.trials)} trials: " + ", ".join(parts)
 
     def facts(self) -> list[tuple[str, str]]:
-        """The machine, the workload and the device, as label and value."""
+        """The machine, the workload and the device, and how long the search took and
+        in what budget, as label and value."""
         machine = self.meta.get("machine", {})
         workload = self.meta.get("workload", {})
         facts: list[tuple[str, str]] = []
@@ -80,6 +81,10 @@ class ReportData:
             )
             if workload.get("batch"):
                 facts.append(("a batch", str(workload["batch"])))
+        if self.result is not None and self.result.search_time is not None:
+            facts.append(("search time", self.result.search_time.describe()))
+        if self.result is not None and self.result.budget is not None:
+            facts.append(("time budget", self.result.budget.describe()))
         return facts
 
 
