@@ -4,12 +4,14 @@ backend."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from test_confirm import DEFAULT, Recorded, finalists_in, run
 from test_confirm import workers as loader
 from test_rounds import against, default, workers
 
 from autotune import Settings
-from autotune.decide._sequential import settled, standing
+from autotune.decide._sequential import runoff_settled, settled, standing
 
 RULE = {"band": 0.05, "rounds": 3, "tolerance": 0.03}
 """A 5% band, 3 rounds in all, a tolerance of 3%."""
@@ -114,3 +116,35 @@ def test_a_third_round_measures_only_the_finalists_that_can_still_be_chosen() ->
     # The withdrawn finalist keeps its two rounds; the chosen one has all three.
     assert confirmed.winner.settings == loader(4)
     assert len(confirmed.speedup_rounds) == 3
+
+
+def test_a_runoff_settles_on_the_cheapest_contender_surely_kept() -> None:
+    base = default(100, 100, 100, 100)
+    cheap = against(base, workers(1), 200, 198, 201, 199)
+    dear = against(base, workers(4), 202, 200, 199, 200)
+    # 4 of 6 rounds within the tolerance of each other: neither median can leave it.
+    assert runoff_settled([dear, cheap], rounds=6, tolerance=0.03, user_batch=32) is cheap
+    # 3 of 6 only: three more rounds could still put the cheap one out.
+    fewer = default(100, 100, 100)
+    three = [against(fewer, workers(1), 200, 198, 201), against(fewer, workers(4), 202, 200, 199)]
+    assert runoff_settled(three, rounds=6, tolerance=0.03, user_batch=32) is None
+
+
+def test_a_runoff_passes_over_a_cheaper_contender_surely_out() -> None:
+    base = default(100, 100, 100, 100)
+    cheap = against(base, workers(1), 150, 160, 150, 210)  # >3% behind in 3 of 4 rounds
+    dear = against(base, workers(4), 200, 200, 200, 200)
+    assert runoff_settled([cheap, dear], rounds=5, tolerance=0.03, user_batch=32) is dear
+    # Out in 2 of 5 only: it may yet be kept, and it is the cheaper.
+    early = [
+        dataclasses.replace(r, measurements=r.measurements[:2], beside=r.beside[:2])
+        for r in (cheap, dear)
+    ]
+    assert runoff_settled(early, rounds=5, tolerance=0.03, user_batch=32) is None
+
+
+def test_a_runoff_with_a_failed_round_settles_nothing() -> None:
+    base = default(100, 100, 100)
+    failed = against(base, workers(1), 200, None, 200)
+    other = against(base, workers(4), 100, 100, 100)
+    assert runoff_settled([failed, other], rounds=4, tolerance=0.03, user_batch=32) is None

@@ -24,7 +24,7 @@ from autotune.decide._rounds import (
     runoff_verdict,
     verdict,
 )
-from autotune.decide._sequential import SETTLED_FROM, settled, standing
+from autotune.decide._sequential import SETTLED_FROM, runoff_settled, settled, standing
 from autotune.explore import Backend, Bounds, ExplorePlan
 from autotune.probe import Measurement
 from autotune.progress import Progress
@@ -129,7 +129,7 @@ def confirm(
             settled.finalists, settled.default, tolerance=options.tolerance, user_batch=user_batch
         )
         if decided is not None:
-            pick, default, rounds = decided, settled.default, rounds + options.runoff_rounds
+            pick, default, rounds = decided, settled.default, len(settled.default.measurements)
             longer = {r.settings.key(): r for r in settled.finalists}
             finalist_rounds = [longer.get(r.settings.key(), r) for r in finalist_rounds]
         else:
@@ -253,13 +253,27 @@ def _runoff(
         f"{options.runoff_rounds} more interleaved round(s) between them and the default",
     )
     progress.plan("runoff", len(order) * options.runoff_rounds, None, later=later)
-    groups = runner.measure(plan, order, roles, options.runoff_rounds, first=after + 1)
-    more, more_default = gather(order, measured_rounds(plan.study, groups, len(order)))
-    by_key = {r.settings.key(): r for r in more}
-    return _Settled(
-        finalists=[extended(r, by_key[r.settings.key()]) for r in contenders],
-        default=extended(default, more_default),
-    )
+    total = after + options.runoff_rounds
+    for number in range(after + 1, total + 1):
+        groups = runner.measure(plan, order, roles, 1, first=number)
+        more, more_default = gather(order, measured_rounds(plan.study, groups, len(order)))
+        by_key = {r.settings.key(): r for r in more}
+        contenders = [extended(r, by_key[r.settings.key()]) for r in contenders]
+        default = extended(default, more_default)
+        done = runoff_settled(
+            contenders,
+            rounds=total,
+            tolerance=options.tolerance,
+            user_batch=default.settings.batch_size,
+        )
+        if done is not None and number < total:
+            progress.message(
+                f"after {number - after} runoff round(s): {done.settings.describe()} trails "
+                "no other finalist by more than the tolerance in most of the rounds to "
+                "measure, and each cheaper one trails another by more: the choice is settled"
+            )
+            break
+    return _Settled(finalists=contenders, default=default)
 
 
 def _roles(order: list[Settings], default: Settings) -> list[str]:

@@ -312,12 +312,18 @@ def round_by_round(config: Rounds, *, speedups: bool = True) -> tuple[float | No
 
 
 def paired(config: Rounds, other: Rounds) -> float | None:
-    """How fast ``config`` trains against ``other``: the median, over the rounds where both
-    have a figure (:func:`round_by_round`), of the ratio of the two; their speedups where
-    both were measured beside the default, else their samples/s. None where no round has
-    both."""
+    """How fast ``config`` trains against ``other``: the median of their
+    :func:`pair_ratios`; None where no round has both."""
+    ratios = pair_ratios(config, other)
+    return statistics.median(ratios) if ratios else None
+
+
+def pair_ratios(config: Rounds, other: Rounds) -> list[float]:
+    """``config``'s figure over ``other``'s in each round where both have one
+    (:func:`round_by_round`): their speedups where both were measured beside the default,
+    else their samples/s."""
     speedups = bool(config.beside) and bool(other.beside)
-    ratios = [
+    return [
         mine / theirs
         for mine, theirs in zip(
             round_by_round(config, speedups=speedups),
@@ -326,7 +332,6 @@ def paired(config: Rounds, other: Rounds) -> float | None:
         )
         if mine is not None and theirs is not None and theirs > 0
     ]
-    return statistics.median(ratios) if ratios else None
 
 
 def unbeaten(

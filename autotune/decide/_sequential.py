@@ -1,7 +1,7 @@
 """Sequential confirmation: after each confirming round from the second, which finalists
 can still be chosen, and whether the rounds left could still change the choice.
 
-Two rules, over the rounds' figures alone:
+Over the rounds' figures alone, in the confirming rounds:
 
 - a finalist that failed a round, that was no faster than the default loader beside it
   in one round, or within the tolerance of it in more than half the rounds to measure,
@@ -17,6 +17,13 @@ Two rules, over the rounds' figures alone:
   skipped round would have overturned the leader's or another finalist's standing with
   a probability under 2.5% for each of them (the prediction's one-sided tail), under the
   interval's model of log-normal noise pooled over the finalists.
+
+And in the runoff, whose verdict keeps the cheapest contender that trails no other by
+more than the tolerance (:func:`~autotune.decide._rounds.unbeaten`, on the median of
+each pair's ratios over all the rounds): it ends once one contender trails no other by
+more than the tolerance in more than half of all the rounds to measure, and every
+cheaper one trails another by more in more than half (:func:`runoff_settled`), since
+the medians cannot cross the tolerance after that, whatever the rounds left read.
 """
 
 from __future__ import annotations
@@ -26,7 +33,8 @@ import math
 from collections.abc import Sequence
 
 from autotune._noise import LogSpread, pooled_log_spread
-from autotune.decide._rounds import Rounds, beats_every_round, side_by_side
+from autotune.decide._choose import cost
+from autotune.decide._rounds import Rounds, beats_every_round, pair_ratios, side_by_side
 from autotune.result import prediction_interval
 
 SETTLED_FROM = 2
@@ -103,6 +111,51 @@ def settled(
         f"round predicted at {ahead[0]:.2f}x or more, beyond the noise, and ahead of every "
         "other finalist: the choice is settled",
     )
+
+
+def runoff_settled(
+    contenders: Sequence[Rounds], *, rounds: int, tolerance: float, user_batch: int
+) -> Rounds | None:
+    """The runoff's choice once the rounds measured so far settle it, when ``rounds`` are
+    to be measured in all: the cheapest contender not surely out, where it is surely kept
+    and no other of its cost may be kept (a tie goes to the faster, which more rounds may
+    change); None while more rounds could change which it is, or a contender failed a
+    round (a failure changes who counts).
+
+    Surely kept: against every other contender, at or above ``1 - tolerance`` in more
+    than half of ``rounds``. Surely out: below that against some other contender in more
+    than half of them. Either way the median of ``rounds`` pair ratios is fixed on its
+    side of the tolerance."""
+    if len(contenders) < 2 or not all(r.complete for r in contenders):
+        return None
+    least = rounds // 2 + 1
+    floor = 1.0 - tolerance
+
+    def kept(config: Rounds) -> bool:
+        return all(
+            sum(ratio >= floor for ratio in pair_ratios(config, other)) >= least
+            for other in contenders
+            if other is not config
+        )
+
+    def out(config: Rounds) -> bool:
+        return any(
+            sum(ratio < floor for ratio in pair_ratios(config, other)) >= least
+            for other in contenders
+            if other is not config
+        )
+
+    ordered = sorted(contenders, key=lambda r: cost(r.settings, user_batch))
+    for config in ordered:
+        if out(config):
+            continue
+        price = cost(config.settings, user_batch)
+        tied = any(
+            other is not config and cost(other.settings, user_batch) == price and not out(other)
+            for other in contenders
+        )
+        return config if kept(config) and not tied else None
+    return None
 
 
 def _ratios(config: Rounds, leader: Rounds) -> list[float]:
