@@ -53,9 +53,11 @@ QUICK = {
     "ceilings": False,
     "bounds": False,
     "rounds": 1,
+    "finalists": 1,
 }
-"""Search options that keep a test search to a few seconds (one confirming round: the
-rounds themselves are tested with a stand-in backend, and by one real search in two)."""
+"""Search options that keep a test search to a few seconds (one confirming round of one
+finalist beside the default loader: the rounds and the finalists themselves are tested
+with a stand-in backend, and by one real search of three finalists in two rounds)."""
 
 
 def defaults_measured(finalist_probes: int, rounds: int) -> int:
@@ -324,7 +326,9 @@ def small_study(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Sma
                 name="small",
                 space={"num_workers": [0, 1, 2], "threads": 1, "batch_size": [8, 16]},
                 progress=autotune.LineProgress(stream),
-                **quick(trials=6, seed=0, study=str(folder / "small.db"), ceilings=True),
+                **quick(
+                    trials=6, seed=0, study=str(folder / "small.db"), ceilings=True, finalists=3
+                ),
             )
             progress.write_text(stream.getvalue())  # last: its presence says the study is whole
     return SmallStudy(path=folder / "small.db", progress=progress.read_text())

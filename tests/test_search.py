@@ -29,7 +29,7 @@ def small_search(**options):
 def test_a_search_saves_its_trials_and_returns_a_tuned_loader(workdir) -> None:
     # No runoff: whether one runs turns on the noise of real measurements, and its rounds
     # are tested with a stand-in backend (test_confirm).
-    result = small_search(rounds=2, runoff_rounds=0)
+    result = small_search(rounds=2, runoff_rounds=0, finalists=3)
     assert (workdir / "studies" / "small.db").exists()
     assert result.study_path == "studies/small.db"
     assert result.confirmed
