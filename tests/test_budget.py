@@ -320,7 +320,15 @@ def test_a_search_under_a_budget_runs_what_it_planned_and_keeps_the_plan(workdir
         space={"num_workers": [0, 1], "threads": 1, "batch_size": [8, 16]},
         progress=said,
         # Everything a search does, in a budget too small for more than the least search.
-        **quick(trials=8, rounds=3, runoff_rounds=3, bounds=True, ceilings=True, budget="1s"),
+        **quick(
+            trials=8,
+            rounds=3,
+            runoff_rounds=3,
+            finalists=3,
+            bounds=True,
+            ceilings=True,
+            budget="1s",
+        ),
     )
     budget = result.budget
     assert budget is not None and not budget.fits and budget.seconds == 1

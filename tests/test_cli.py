@@ -16,7 +16,7 @@ from autotune.pipeline._dry_run import PROBE_START_S
 
 QUICK_SEARCH = """
 search = {"window_seconds": 0.1, "max_windows": 3, "warmup_seconds": 0.05, "ceilings": False,
-          "trials": 4, "seed": 0, "rounds": 1}
+          "trials": 4, "seed": 0, "rounds": 1, "finalists": 1}
 space = {"num_workers": [0, 1], "threads": 1, "batch_size": 8, "amp": "off"}
 """
 

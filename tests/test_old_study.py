@@ -81,7 +81,9 @@ def test_a_search_resumes_it(old_study: Path) -> None:
     study.set_user_attr(META, meta)
     before = len(study.trials)
 
-    code = main(["search", str(OLD_CONFIG), "--study", old_study.name, "--trials", "1"])
+    # One confirming round: resuming, not the rounds, is what this checks.
+    resume = ["--study", old_study.name, "--trials", "1", "--rounds", "1"]
+    code = main(["search", str(OLD_CONFIG), *resume])
 
     assert code == 0
     study = optuna.load_study(study_name=old_study.stem, storage=f"sqlite:///{old_study}")

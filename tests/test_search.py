@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import optuna
 import pytest
 import workloads
@@ -27,7 +29,7 @@ def small_search(**options):
 def test_a_search_saves_its_trials_and_returns_a_tuned_loader(workdir) -> None:
     # No runoff: whether one runs turns on the noise of real measurements, and its rounds
     # are tested with a stand-in backend (test_confirm).
-    result = small_search(rounds=2, runoff_rounds=0)
+    result = small_search(rounds=2, runoff_rounds=0, finalists=3)
     assert (workdir / "studies" / "small.db").exists()
     assert result.study_path == "studies/small.db"
     assert result.confirmed
@@ -82,11 +84,11 @@ def test_asha_prunes_slow_configs(workdir) -> None:
 
 
 def test_a_second_search_adds_to_the_same_study(workdir) -> None:
-    small_search(trials=4)
-    small_search(trials=3, resume=True)
+    small_search(trials=2)
+    small_search(trials=1, resume=True)
     study = optuna.load_study(study_name="small", storage="sqlite:///studies/small.db")
-    # 4 + 3 probed; repeats of a measured config spend none of the budget
-    assert sum(1 for r in records(study) if r.role == "explore" and r.probed) == 7
+    # 2 + 1 probed; repeats of a measured config spend none of the budget
+    assert sum(1 for r in records(study) if r.role == "explore" and r.probed) == 3
 
 
 def test_resume_needs_an_existing_study(workdir) -> None:
@@ -94,8 +96,10 @@ def test_resume_needs_an_existing_study(workdir) -> None:
         small_search(resume=True)
 
 
-def test_a_study_of_another_workload_is_refused(workdir) -> None:
-    small_search(trials=2)
+def test_a_study_of_another_workload_is_refused(saved_study, workdir) -> None:
+    # The shared small study is small_search's workload.
+    (workdir / "studies").mkdir()
+    shutil.copy(saved_study, workdir / "studies" / "small.db")
     with pytest.raises(StudyError, match="another workload"):
         autotune.search(
             dataset=workloads.SleepyDataset(length=99),
