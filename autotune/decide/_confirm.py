@@ -194,19 +194,31 @@ def _sequential_rounds(
                 "(each was slower in a round, within the tolerance in too many, or failed one)"
             )
         more_order = interleaved([r.settings for r in left], baseline)
-        more_groups = runner.measure(
-            plan, more_order, _roles(more_order, baseline), 1, first=number
+        finalist_rounds, default = _one_round_more(
+            runner, plan, more_order, number, finalist_rounds, default
         )
-        more, more_default = gather(
-            more_order, measured_rounds(plan.study, more_groups, len(more_order))
-        )
-        by_key = {r.settings.key(): r for r in more}
-        finalist_rounds = [
-            extended(r, by_key[r.settings.key()]) if r.settings.key() in by_key else r
-            for r in finalist_rounds
-        ]
-        default = extended(default, more_default)
     return finalist_rounds, default
+
+
+def _one_round_more(
+    runner: Backend,
+    plan: ExplorePlan,
+    order: list[Settings],
+    number: int,
+    finalists: list[Rounds],
+    default: Rounds,
+) -> tuple[list[Rounds], Rounds]:
+    """Round ``number`` of the configs in ``order`` (laid out by :func:`interleaved`),
+    added to the rounds of ``finalists`` it measured (the others keep theirs) and to the
+    default loader's."""
+    groups = runner.measure(plan, order, _roles(order, default.settings), 1, first=number)
+    more, more_default = gather(order, measured_rounds(plan.study, groups, len(order)))
+    by_key = {r.settings.key(): r for r in more}
+    finalists = [
+        extended(r, by_key[r.settings.key()]) if r.settings.key() in by_key else r
+        for r in finalists
+    ]
+    return finalists, extended(default, more_default)
 
 
 def round_probes(
@@ -246,7 +258,6 @@ def _runoff(
     rounds, turning on from the ``after`` rounds measured so far."""
     options = plan.options
     order = interleaved([r.settings for r in contenders], default.settings)
-    roles = _roles(order, default.settings)
     progress.phase(
         "runoff",
         f"{len(contenders)} finalists within the noise ({noise:.0%}) of each other: "
@@ -255,18 +266,16 @@ def _runoff(
     progress.plan("runoff", len(order) * options.runoff_rounds, None, later=later)
     total = after + options.runoff_rounds
     for number in range(after + 1, total + 1):
-        groups = runner.measure(plan, order, roles, 1, first=number)
-        more, more_default = gather(order, measured_rounds(plan.study, groups, len(order)))
-        by_key = {r.settings.key(): r for r in more}
-        contenders = [extended(r, by_key[r.settings.key()]) for r in contenders]
-        default = extended(default, more_default)
+        contenders, default = _one_round_more(runner, plan, order, number, contenders, default)
+        if number == total:
+            break
         done = runoff_settled(
             contenders,
             rounds=total,
             tolerance=options.tolerance,
             user_batch=default.settings.batch_size,
         )
-        if done is not None and number < total:
+        if done is not None:
             progress.message(
                 f"after {number - after} runoff round(s): {done.settings.describe()} trails "
                 "no other finalist by more than the tolerance in most of the rounds to "

@@ -168,6 +168,10 @@ def _rate(figures: Figures | None, scale: int = 1) -> float | None:
     return figures.samples_per_s * scale
 
 
+CEILINGS_OFF = "search with ceilings=True"
+"""How to have the ceilings measured where the search's options turned them off."""
+
+
 def diagnose_config(
     subject: str,
     measurement: Measurement,
@@ -180,7 +184,7 @@ def diagnose_config(
     searched: Searched | None = None,
     device: str | None = None,
     chosen: bool = False,
-    no_ceilings: str = "search with ceilings=True",
+    no_ceilings: str = CEILINGS_OFF,
 ) -> Diagnosis:
     """The diagnosis of one measured config.
 
@@ -474,7 +478,7 @@ def diagnose(result: SearchResult) -> list[Diagnosis]:
     no_ceilings = (
         "the time budget left them out: a larger --budget keeps them"
         if result.budget is not None and result.budget.left_out_ceilings
-        else "search with ceilings=True"
+        else CEILINGS_OFF
     )
     best_loader = _best_loader(result)
     if result.is_default:

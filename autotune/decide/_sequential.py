@@ -100,7 +100,7 @@ def settled(
     for other in left:
         if other is leader:
             continue
-        ratios = _ratios(other, leader)
+        ratios = pair_ratios(other, leader)  # speedups: the default measured every round
         behind = prediction_interval(ratios, pair) if ratios else None
         if behind is None or max(ratios) >= 1.0 - band or behind[1] >= 1.0 - band:
             return None
@@ -156,12 +156,3 @@ def runoff_settled(
         )
         return config if kept(config) and not tied else None
     return None
-
-
-def _ratios(config: Rounds, leader: Rounds) -> list[float]:
-    """``config``'s speedup over the leader's, in each round both have one."""
-    return [
-        mine / theirs
-        for mine, theirs in zip(config.round_speedups, leader.round_speedups, strict=False)
-        if mine is not None and theirs is not None and theirs > 0
-    ]
