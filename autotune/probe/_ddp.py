@@ -175,7 +175,7 @@ def _rank_main(request: ProbeRequest, rank: int, port: int, link: Connection, ha
         dist.init_process_group(
             spec.backend, store=store, rank=rank, world_size=world, timeout=timeout
         )
-        _train(request, rank, link, halt)
+        _train(request, rank, link, halt)  # frees the DDP model: nothing outlives the group
         link.send(("done", None))
         dist.destroy_process_group()
     except PieceError as error:

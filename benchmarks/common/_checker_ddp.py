@@ -18,6 +18,7 @@ Like the checker, this imports nothing of the probe, the search or the decision.
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import multiprocessing
@@ -125,10 +126,23 @@ def _errors(first: dict[str, Any], answers: Any) -> str:
 
 
 def _rank_main(plan: Plan, rank: int, ranks: int, store: str, answers: Any) -> None:
+    answers.put(_answer(plan, rank, ranks, store))
+    # The process group is destroyed last, once nothing else holds it: a DDP model freed
+    # after it would destroy it from the model's reducer, holding the GIL while it joins
+    # gloo's threads, which may be waiting for the GIL (a deadlock).
+    gc.collect()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _answer(plan: Plan, rank: int, ranks: int, store_path: str) -> dict[str, Any]:
+    """This rank's answer, or its error; everything it trained with is freed on return."""
     try:
-        answers.put(_train_rank(plan, rank, ranks, store))
+        store = dist.FileStore(store_path, ranks)  # type: ignore[attr-defined]
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=ranks)
+        return _train_rank(plan, rank, ranks)
     except Exception as error:
-        answers.put({"error": f"rank {rank}: {type(error).__name__}: {error}"})
+        return {"error": f"rank {rank}: {type(error).__name__}: {error}"}
 
 
 def _agree(value: float, op: Any) -> float:
@@ -137,63 +151,58 @@ def _agree(value: float, op: Any) -> float:
     return float(tensor.item())
 
 
-def _train_rank(plan: Plan, rank: int, ranks: int, store_path: str) -> dict[str, Any]:
-    store = dist.FileStore(store_path, ranks)  # type: ignore[attr-defined]
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=ranks)
-    try:
-        workload = load_config(plan.config).workload
-        settings = Settings.from_dict(plan.settings)
-        torch.manual_seed(plan.seed)
-        if settings.threads is not None:
-            torch.set_num_threads(settings.threads)
-        device = torch.device("cpu")
-        model = DistributedDataParallel(workload.make_model())
-        train = make_train_step(workload, model, device, settings.amp)
-        dataset = workload.make_dataset()
-        sampler: DistributedSampler[Any] = DistributedSampler(
-            dataset, num_replicas=ranks, rank=rank, seed=plan.seed
-        )
-        overrides: dict[str, Any] = {"sampler": sampler}
-        if workload.collate_fn:
-            overrides["collate_fn"] = workload.collate_fn
-        batches = _epochs(settings.loader(dataset, **overrides))
-        queued = settings.batches_ahead * settings.echo
+def _train_rank(plan: Plan, rank: int, ranks: int) -> dict[str, Any]:
+    workload = load_config(plan.config).workload
+    settings = Settings.from_dict(plan.settings)
+    torch.manual_seed(plan.seed)
+    if settings.threads is not None:
+        torch.set_num_threads(settings.threads)
+    device = torch.device("cpu")
+    model = DistributedDataParallel(workload.make_model())
+    train = make_train_step(workload, model, device, settings.amp)
+    dataset = workload.make_dataset()
+    sampler: DistributedSampler[Any] = DistributedSampler(
+        dataset, num_replicas=ranks, rank=rank, seed=plan.seed
+    )
+    overrides: dict[str, Any] = {"sampler": sampler}
+    if workload.collate_fn:
+        overrides["collate_fn"] = workload.collate_fn
+    batches = _epochs(settings.loader(dataset, **overrides))
+    queued = settings.batches_ahead * settings.echo
 
-        def step() -> int:
-            batch = next(batches)
-            train(to_device(batch, device, False))
-            return batch_samples(batch) or settings.batch_size
+    def step() -> int:
+        batch = next(batches)
+        train(to_device(batch, device, False))
+        return batch_samples(batch) or settings.batch_size
 
-        step()  # start-up: not warm-up
-        began, steps, rounds = time.perf_counter(), 0, 1
-        while True:  # rounds that double, the same on every rank
-            for _ in range(rounds):
-                step()
-            steps += rounds
-            warmed = time.perf_counter() - began >= plan.warmup and steps > queued
-            if _agree(1.0 if warmed else 0.0, dist.ReduceOp.MIN) > 0:
-                break
-            rounds *= 2
-        pace = steps / max(time.perf_counter() - began, 1e-9)
-        count = plan.steps or max(1, math.ceil(plan.seconds * _agree(pace, dist.ReduceOp.MIN)))
-        watch = BusyWatch()
-        synchronize(device)
-        dist.barrier()
-        watch.start()
-        start = time.perf_counter()
-        samples = sum(step() for _ in range(count))
-        synchronize(device)
-        dist.barrier()
-        seconds = time.perf_counter() - start
-        reading = watch.stop(settings.batch_size, settings.amp != "off")
-        batches.close()
-        return {
-            "samples": samples,
-            "seconds": seconds,
-            "device": reading.to_dict() if reading else None,
-        }
-    finally:
-        dist.destroy_process_group()
+    step()  # start-up: not warm-up
+    began, steps, rounds = time.perf_counter(), 0, 1
+    while True:  # rounds that double, the same on every rank
+        for _ in range(rounds):
+            step()
+        steps += rounds
+        warmed = time.perf_counter() - began >= plan.warmup and steps > queued
+        if _agree(1.0 if warmed else 0.0, dist.ReduceOp.MIN) > 0:
+            break
+        rounds *= 2
+    pace = steps / max(time.perf_counter() - began, 1e-9)
+    count = plan.steps or max(1, math.ceil(plan.seconds * _agree(pace, dist.ReduceOp.MIN)))
+    watch = BusyWatch()
+    synchronize(device)
+    dist.barrier()
+    watch.start()
+    start = time.perf_counter()
+    samples = sum(step() for _ in range(count))
+    synchronize(device)
+    dist.barrier()
+    seconds = time.perf_counter() - start
+    reading = watch.stop(settings.batch_size, settings.amp != "off")
+    batches.close()
+    return {
+        "samples": samples,
+        "seconds": seconds,
+        "device": reading.to_dict() if reading else None,
+    }
 
 
 def _child_main(argv: list[str]) -> int:
