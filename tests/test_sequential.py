@@ -13,8 +13,10 @@ from test_rounds import against, default, workers
 from autotune import Settings
 from autotune.decide._sequential import runoff_settled, settled, standing
 
-RULE = {"band": 0.05, "rounds": 3, "tolerance": 0.03}
-"""A 5% band, 3 rounds in all, a tolerance of 3%."""
+RULE = {"band": 0.05, "rounds": 3, "tolerance": 0.03, "user_batch": 32}
+"""A 5% band, 3 rounds in all, a tolerance of 3%, the user's batch of 32."""
+TIED = {"band": 0.03, "rounds": 5, "tolerance": 0.03, "user_batch": 32}
+"""Rounds that read finer than the 3% tolerance (the band is the tolerance), 5 in all."""
 
 
 def test_a_finalist_slower_than_the_default_in_one_round_stands_no_more() -> None:
@@ -83,6 +85,49 @@ def test_a_leader_whose_next_round_could_fall_within_the_band_settles_nothing() 
     assert settled([against(base, workers(4), 160, 120)], base, **RULE) is None
     # Within the band in one round: not beyond the noise in every round.
     assert settled([against(base, workers(4), 300, 104)], base, **RULE) is None
+
+
+def test_finalists_tied_at_a_ceiling_settle_on_the_cheapest_once_most_rounds_agree() -> None:
+    base = default(100, 100, 100)
+    tied = [
+        against(base, workers(4), 200, 201, 199),
+        against(base, workers(1), 199, 200, 200),
+        against(base, workers(2), 201, 199, 200),
+    ]
+    done = settled(tied, base, **TIED)
+    # 3 of 5 rounds within the tolerance of each other: the cheapest is kept whatever
+    # the last two read, and every one beats the default far beyond the noise.
+    assert done is not None and done.leader is tied[1]
+    assert done.reason.startswith("all 3 finalists left beat the default loader")
+    # After 2 of 5 rounds, 3 more could still put the cheapest out.
+    two = default(100, 100)
+    early = [against(two, workers(4), 200, 201), against(two, workers(1), 199, 200)]
+    assert settled(early, two, **TIED) is None
+
+
+def test_tied_finalists_settle_nothing_while_one_may_yet_fall_to_the_default() -> None:
+    base = default(100, 100, 100)
+    # Tied in every round, but 1.10x with a spread that leaves the next round open.
+    tied = [
+        against(base, workers(4), 104, 125, 104),
+        against(base, workers(1), 104, 125, 104),
+    ]
+    assert settled(tied, base, **TIED) is None
+    # Rounds noisier than the tolerance (a runoff follows): the tie is left to it.
+    firm = [against(base, workers(4), 200, 201, 199), against(base, workers(1), 199, 200, 200)]
+    assert settled(firm, base, **{**TIED, "band": 0.05}) is None
+
+
+def test_finalists_tied_at_a_ceiling_are_confirmed_in_three_of_five_rounds() -> None:
+    progress = Recorded()
+    backend, confirmed = run(
+        lambda s, r: 500.0 if s == DEFAULT else 2000.0 + (r % 2) * s.num_workers,
+        progress=progress,
+        rounds=5,
+    )
+    assert backend.rounds == 3 and confirmed.rounds == 3
+    assert confirmed.winner.settings == loader(1) and not confirmed.is_default
+    assert any(m.startswith("after 3 rounds: all 3 finalists") for m in progress.messages)
 
 
 def test_a_clear_winner_is_confirmed_in_two_rounds_and_says_so() -> None:

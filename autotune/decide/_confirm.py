@@ -180,6 +180,7 @@ def _sequential_rounds(
             band=band,
             rounds=options.rounds,
             tolerance=options.tolerance,
+            user_batch=baseline.batch_size,
         )
         if done is not None:
             progress.message(f"after {number - 1} rounds: {done.reason}")

@@ -16,7 +16,14 @@ Over the rounds' figures alone, in the confirming rounds:
   to the leader below ``1 - band`` (so no runoff between them is due either). Each
   skipped round would have overturned the leader's or another finalist's standing with
   a probability under 2.5% for each of them (the prediction's one-sided tail), under the
-  interval's model of log-normal noise pooled over the finalists.
+  interval's model of log-normal noise pooled over the finalists;
+- the choice is settled early too when the rounds read finer than the tolerance (the
+  band is the tolerance: no runoff follows) and every standing finalist beat the default
+  beyond it in every round with a 95% prediction of its next round above it, so that
+  each stays chosen over the default as the leader would, and the cheapest of them that
+  trails none by more than the tolerance is already fixed by the rule that ends a runoff
+  (:func:`runoff_settled`): finalists tied at a ceiling are told apart by their cost,
+  which more rounds do not change.
 
 And in the runoff, whose verdict keeps the cheapest contender that trails no other by
 more than the tolerance (:func:`~autotune.decide._rounds.unbeaten`, on the median of
@@ -72,11 +79,18 @@ def standing(
 
 
 def settled(
-    finalists: Sequence[Rounds], default: Rounds, *, band: float, rounds: int, tolerance: float
+    finalists: Sequence[Rounds],
+    default: Rounds,
+    *,
+    band: float,
+    rounds: int,
+    tolerance: float,
+    user_batch: int,
 ) -> Settled | None:
     """The choice the rounds measured so far settle, by the rules of the module, when
     ``rounds`` are to be measured in all; None while more rounds could still change it
-    (or fewer than :data:`SETTLED_FROM` ran, or the default loader failed a round)."""
+    (or fewer than :data:`SETTLED_FROM` ran, or the default loader failed a round).
+    ``user_batch`` is the batch size the costs of tied finalists are weighed against."""
     if len(default.measurements) < SETTLED_FROM or not default.complete:
         return None
     left = standing(finalists, default, rounds=rounds, tolerance=tolerance)
@@ -95,6 +109,10 @@ def settled(
     ahead = prediction_interval(leader.speedups, spread)
     if ahead is None or min(leader.speedups) <= 1.0 + band or ahead[0] <= 1.0 + band:
         return None
+    if band <= tolerance and len(left) > 1:
+        tied = _tied_pick(left, spread, band=band, rounds=rounds, user_batch=user_batch)
+        if tied is not None:
+            return tied
     # The ratio of two finalists' speedups carries the noise of both.
     pair = LogSpread(sd=spread.sd * math.sqrt(2.0), degrees=spread.degrees)
     for other in left:
@@ -110,6 +128,27 @@ def settled(
         f"{leader.settings.describe()} is {speedup:.2f}x the default loader with the next "
         f"round predicted at {ahead[0]:.2f}x or more, beyond the noise, and ahead of every "
         "other finalist: the choice is settled",
+    )
+
+
+def _tied_pick(
+    left: Sequence[Rounds], spread: LogSpread, *, band: float, rounds: int, user_batch: int
+) -> Settled | None:
+    """The cheapest standing finalist no other can beat by more than ``band`` (the
+    tolerance here), once every standing one surely beats the default loader: beyond
+    ``band`` in every round, with the next round's 95% prediction beyond it too."""
+    for config in left:
+        ahead = prediction_interval(config.speedups, spread)
+        if ahead is None or min(config.speedups) <= 1.0 + band or ahead[0] <= 1.0 + band:
+            return None
+    pick = runoff_settled(left, rounds=rounds, tolerance=band, user_batch=user_batch)
+    if pick is None:
+        return None
+    return Settled(
+        pick,
+        f"all {len(left)} finalists left beat the default loader beyond the noise, and "
+        f"{pick.settings.describe()} is the cheapest that trails none of them by more "
+        "than the tolerance in most of the rounds to measure: the choice is settled",
     )
 
 
