@@ -59,6 +59,13 @@ EPOCH_ITEMS: dict[str, int] = {
     "hdf5-chunked": 16384,
     # Its 2,048 texts 4 times at batch 16: 19-21 s with the default loader.
     "hf-style-text": 8192,
+    # The simulated accelerator's workloads, 512 steps or more each: their datasets as
+    # they are make epochs of 1-2 s, shorter than the online loader's first windows.
+    "sim-decode": 16384,
+    "sim-storage": 16384,
+    "sim-device-bound": 32768,
+    "sim-batch": 32768,  # 2,048 steps at batch 16: 6.3 ms each at the least
+    "sim-amp": 32768,
 }
 """Items per epoch; a workload not named here is timed over its dataset as it is."""
 LOADER_KNOBS = (
