@@ -170,8 +170,7 @@ def _sequential_rounds(
     default loader's."""
     options = plan.options
     first = min(options.rounds, SETTLED_FROM)
-    groups = runner.measure(plan, order, _roles(order, baseline), first)
-    finalist_rounds, default = gather(order, measured_rounds(plan.study, groups, len(order)))
+    finalist_rounds, default = measure_rounds(runner, plan, order, baseline, first)
     for number in range(first + 1, options.rounds + 1):
         band = max(options.tolerance, round_noise(finalist_rounds))
         done = settled(
@@ -212,8 +211,7 @@ def _one_round_more(
     """Round ``number`` of the configs in ``order`` (laid out by :func:`interleaved`),
     added to the rounds of ``finalists`` it measured (the others keep theirs) and to the
     default loader's."""
-    groups = runner.measure(plan, order, _roles(order, default.settings), 1, first=number)
-    more, more_default = gather(order, measured_rounds(plan.study, groups, len(order)))
+    more, more_default = measure_rounds(runner, plan, order, default.settings, 1, first=number)
     by_key = {r.settings.key(): r for r in more}
     finalists = [
         extended(r, by_key[r.settings.key()]) if r.settings.key() in by_key else r
@@ -284,6 +282,22 @@ def _runoff(
             )
             break
     return _Settled(finalists=contenders, default=default)
+
+
+def measure_rounds(
+    runner: Backend,
+    plan: ExplorePlan,
+    order: list[Settings],
+    default: Settings,
+    rounds: int,
+    *,
+    first: int = 1,
+) -> tuple[list[Rounds], Rounds]:
+    """Measure the configs of ``order`` (the default loader among them) in ``rounds``
+    interleaved rounds numbered from ``first``; returns the other configs' rounds, in
+    order, and the default loader's (:func:`~autotune.decide._rounds.gather`)."""
+    groups = runner.measure(plan, order, _roles(order, default), rounds, first=first)
+    return gather(order, measured_rounds(plan.study, groups, len(order)))
 
 
 def _roles(order: list[Settings], default: Settings) -> list[str]:

@@ -18,8 +18,7 @@ from typing import Any
 
 from autotune._format import format_rate
 from autotune._noise import pooled_log_spread
-from autotune.decide._confirm import Confirmed, measured_rounds
-from autotune.decide._rounds import gather
+from autotune.decide._confirm import Confirmed, measure_rounds
 from autotune.explore import Backend, Bounds, ExplorePlan
 from autotune.progress import Progress
 from autotune.settings import Settings
@@ -59,8 +58,7 @@ def near_ceiling(
         f"loader in {ROUNDS} rounds",
     )
     progress.plan("early", ROUNDS, None)
-    groups = runner.measure(plan, [baseline], ["baseline"], ROUNDS)
-    _, default = gather([baseline], measured_rounds(plan.study, groups, 1))
+    _, default = measure_rounds(runner, plan, [baseline], baseline, ROUNDS)
     if not default.complete:
         progress.message("the default loader failed a round: searching as usual")
         return None

@@ -22,8 +22,8 @@ from typing import Any
 
 import optuna
 
-from autotune.decide._confirm import _roles, measured_rounds
-from autotune.decide._rounds import gather, interleaved
+from autotune.decide._confirm import measure_rounds
+from autotune.decide._rounds import interleaved
 from autotune.explore import Backend, ExplorePlan
 from autotune.probe import Measurement
 from autotune.progress import Progress
@@ -107,8 +107,7 @@ def recheck(
         "the default loader, in one interleaved round",
     )
     progress.plan("recheck", len(order) * ROUNDS, None, later=later)
-    groups = runner.measure(plan, order, _roles(order, baseline), ROUNDS)
-    (rounds,), default = gather(order, measured_rounds(plan.study, groups, len(order)))
+    (rounds,), default = measure_rounds(runner, plan, order, baseline, ROUNDS)
     if not rounds.complete or not default.complete or not rounds.speedups:
         return Recheck(
             reason=f"{contender.describe()} or the default loader failed to measure again"
