@@ -106,8 +106,8 @@ def settled(
         return None
     figures = {c.settings.key(): c.samples_per_s for c in side_by_side(left, default)}
     leader = max(left, key=lambda r: figures.get(r.settings.key(), 0.0))
-    ahead = prediction_interval(leader.speedups, spread)
-    if ahead is None or min(leader.speedups) <= 1.0 + band or ahead[0] <= 1.0 + band:
+    ahead = _surely_beyond(leader, spread, band)
+    if ahead is None:
         return None
     if band <= tolerance and len(left) > 1:
         tied = _tied_pick(left, spread, band=band, rounds=rounds, user_batch=user_batch)
@@ -126,9 +126,19 @@ def settled(
     return Settled(
         leader,
         f"{leader.settings.describe()} is {speedup:.2f}x the default loader with the next "
-        f"round predicted at {ahead[0]:.2f}x or more, beyond the noise, and ahead of every "
+        f"round predicted at {ahead:.2f}x or more, beyond the noise, and ahead of every "
         "other finalist: the choice is settled",
     )
+
+
+def _surely_beyond(config: Rounds, spread: LogSpread, band: float) -> float | None:
+    """The low end of the 95% prediction of ``config``'s next speedup over the default,
+    where it beat the default beyond ``band`` in every round and that low end lies beyond
+    ``band`` too; None otherwise."""
+    ahead = prediction_interval(config.speedups, spread)
+    if ahead is None or min(config.speedups) <= 1.0 + band or ahead[0] <= 1.0 + band:
+        return None
+    return ahead[0]
 
 
 def _tied_pick(
@@ -137,10 +147,8 @@ def _tied_pick(
     """The cheapest standing finalist no other can beat by more than ``band`` (the
     tolerance here), once every standing one surely beats the default loader: beyond
     ``band`` in every round, with the next round's 95% prediction beyond it too."""
-    for config in left:
-        ahead = prediction_interval(config.speedups, spread)
-        if ahead is None or min(config.speedups) <= 1.0 + band or ahead[0] <= 1.0 + band:
-            return None
+    if any(_surely_beyond(config, spread, band) is None for config in left):
+        return None
     pick = runoff_settled(left, rounds=rounds, tolerance=band, user_batch=user_batch)
     if pick is None:
         return None
