@@ -27,6 +27,7 @@ from autotune.decide._ddp import (
     buffer_keyword,
     keep_default_unless_faster,
     knob_grid,
+    rank_threads,
     run_ddp_stage,
 )
 from autotune.machine._gpus import Discovery
@@ -50,6 +51,9 @@ from autotune.workload._workload import Workload
 
 TWO_CPU_RANKS = plan_placement(
     device="cpu", gpus=None, ranks=2, discovery=Discovery(gpus=()), cpus=[0, 1], usable=2
+)
+ONE_RANK = plan_placement(
+    device="cpu", gpus=None, ranks=1, discovery=Discovery(gpus=()), cpus=[0, 1], usable=2
 )
 
 
@@ -175,6 +179,28 @@ def test_with_ddp_finalists_the_ddp_figures_choose() -> None:
     assert quick_ > 1.1 * slow
     assert chosen == fast and ddp.settings == workers
     assert ddp.figures == ddp.measurements[1].figures
+
+
+def test_a_winner_without_threads_comes_back_with_the_threads_its_ranks_trained_on() -> None:
+    # The default loader leaves torch's threads unset; each rank's probe, pinned to its one
+    # CPU, trained on one. Launched without torchrun's OMP_NUM_THREADS, an unset rank would
+    # take both CPUs beside the other rank's: the result says what was measured.
+    default = Measurement(settings=Settings(batch_size=8), figures=figures(100))
+    chosen, ddp = run_ddp_stage(
+        placement=TWO_CPU_RANKS,
+        template=template(workloads.SleepyDataset()),
+        winner=default,
+        finalists=[default],
+        info={"buffers": 0, "gradient_bytes": 1000},
+        options=SearchOptions(ddp_knobs=False),
+        progress=QuietProgress(),
+        user_batch_size=8,
+    )
+    assert [m.settings.threads for m in ddp.measurements] == [None]
+    assert chosen.settings == Settings(batch_size=8, threads=1) == ddp.settings
+    assert chosen.figures == default.figures
+    assert "torch.set_num_threads(1)" in ddp.to_code()
+    assert rank_threads(Settings(batch_size=8), ONE_RANK).threads is None
 
 
 @pytest.fixture(scope="module")

@@ -190,6 +190,7 @@ def run_ddp_stage(
         pick = cheapest_within(measured, options.tolerance, user_batch=user_batch_size).settings
         winner = next(c for c in contenders if c.settings == pick)
     chosen = runs[winner.settings.key()]
+    winner = dataclasses.replace(winner, settings=rank_threads(winner.settings, placement))
     kwargs = dict(base)
     if chosen.failure is None and options.ddp_knobs:
         chosen, kwargs, knob_notes = _tune_knobs(probe, chosen, kwargs, info, options.tolerance)
@@ -212,6 +213,20 @@ def run_ddp_stage(
         allocator=info.get("allocator"),
     )
     return winner, result
+
+
+def rank_threads(settings: Settings, placement: Placement) -> Settings:
+    """``settings`` with torch's threads per rank spelled out as its probes ran them.
+
+    A probe pinned to a rank's CPUs trains on one thread per CPU of them; a rank started
+    without torchrun's ``OMP_NUM_THREADS`` (``mp.spawn``, a plain launcher, the tuned
+    loader's own ``torch.set_num_threads``) would otherwise take every CPU of the node,
+    each rank's threads then contending with the others'. A single rank runs unpinned, on
+    torch's own choice, which stays unset.
+    """
+    if settings.threads is not None or placement.ranks < 2:
+        return settings
+    return dataclasses.replace(settings, threads=placement.rank_cpus)
 
 
 def _tune_knobs(
