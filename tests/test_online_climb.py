@@ -11,6 +11,8 @@ from fake_clock import FakeTime
 from autotune import Settings
 from autotune.inloop._budget import Budget
 from autotune.inloop._climb import (
+    CPU_BOUND,
+    SHORT_PREFETCH,
     Climb,
     ClimbOptions,
     jump,
@@ -307,27 +309,43 @@ LATENCY = ClimbOptions(max_workers=16, cpus=2, windows=3)
         (0.75, 0.0, 16),  # 0.1875 s loads, 0.0625 s of training: 3 x 2 (idle CPU) = 6,
         # more than the 2 CPUs: the most, at once
         (0.4, 0.0, None),  # 0.1 s loads, 0.15 s of training: 1 x 2 = 2, the first neighbour
-        (0.75, 0.9, 2),  # the same loads on the CPU: 3 x 1.25 -> 4, but at most the CPUs
+        (0.75, 0.9, 2),  # the same loads on the CPU: 3 x 1.25 -> 4, but at most the CPUs,
+        # which fall short: queued deeper
         (0.95, 0.0, 16),  # far more wanted than the most: the most
-        (0.95, 0.9, 2),  # CPU-bound loading: no more than the CPUs (2: no jump)
+        (0.95, 0.9, 2),  # CPU-bound loading: no more than the CPUs, queued deeper
         (0.3, 0.0, None),  # 1 worker would do: no further than the first neighbour
+        (0.3, 0.9, None),  # on the CPU too: 1 x 1.25 -> 1 worker, within the CPUs
     ],
 )
 def test_a_jump_aims_at_the_workers_that_feed_the_loop(
     wait: float, cpu_share: float, workers: int | None
 ) -> None:
     leap = jump(s(0), [waiting(100.0, wait)], LATENCY, cpu_share)
-    if workers is None or workers <= 2:
+    if workers is None:
         assert leap is None
+    elif cpu_share >= CPU_BOUND:
+        assert leap == s(workers, prefetch=SHORT_PREFETCH)
     else:
         assert leap == s(workers)
+
+
+def test_loading_the_cpus_cannot_keep_up_with_queues_deeper_but_never_shallower() -> None:
+    # CPU-bound, 0.2 s loads and 0.05 s of training: 5 workers wanted, 4 CPUs.
+    options = ClimbOptions(max_workers=16, cpus=4, windows=3)
+    assert jump(s(0), [waiting(100.0, 0.8)], options, 0.9) == s(4, prefetch=4)
+    # Started at the CPUs with prefetch 8: nothing deeper to queue, no jump.
+    assert jump(s(4, prefetch=8), [waiting(100.0, 0.8)], options, None) is None
+    # A climb that may not queue 4 deep jumps as before: 2 CPUs, the first neighbour.
+    shallow = ClimbOptions(max_workers=16, cpus=2, windows=3, max_prefetch=2)
+    assert jump(s(0), [waiting(100.0, 0.8)], shallow, 0.9) is None
 
 
 def test_with_workers_a_jump_counts_each_workers_load_as_that_many_steps() -> None:
     # 2 workers, steps of 0.25 s of which 0.2 waiting: a batch takes a worker 0.5 s,
     # training one 0.05 s: 10 workers x 1.25 -> 13.
     leap = jump(s(2), [waiting(100.0, 0.8)], LATENCY, cpu_share=None)
-    assert leap is None  # unknown CPU share: stays within the CPUs (2 is where it is)
+    # Unknown CPU share: stays within the CPUs (2 is where it is), which fall short.
+    assert leap == s(2, prefetch=SHORT_PREFETCH)
     leap = jump(s(2), [waiting(100.0, 0.8)], ClimbOptions(max_workers=16, cpus=16), None)
     assert leap == s(13)
 

@@ -55,6 +55,11 @@ further move restarts every worker."""
 CPU_BOUND = 0.5
 """Loading that keeps the loop's thread busy this share of its time is CPU-bound: a jump
 then takes no more workers than the CPUs."""
+SHORT_PREFETCH = 4
+"""The prefetch depth of a jump for CPU-bound loading that even every CPU cannot keep up
+with: such workers share the CPUs with the loop, which sends a worker its next batch only
+as it takes one, so a worker whose few queued batches are done idles while the loop waits
+for a CPU; twice torch's depth keeps it loading, for the memory of the batches queued."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -173,7 +178,9 @@ def jump(
     the loads over their wall time (known without workers only); CPU-bound loading gets
     no more workers than the CPUs, loading that leaves the CPU idle gets twice the
     estimate (:data:`IDLE_HEADROOM`), and the most workers when that is more than the
-    CPUs.
+    CPUs; when even the CPUs' worth falls short, the jump also queues deeper
+    (:data:`SHORT_PREFETCH`), and is made even where the workers are those of the first
+    neighbour.
     """
     steps = sum(w.steps for w in windows)
     seconds = sum(w.seconds for w in windows)
@@ -190,7 +197,13 @@ def jump(
     most = min(options.max_workers, max(cpus, workers)) if waits_on_cpu else options.max_workers
     if not waits_on_cpu and needed > cpus:
         needed = most
+    short = waits_on_cpu and needed > most  # even every CPU cannot keep the loop fed
     needed = min(needed, most)
+    if short:
+        depth = max(SHORT_PREFETCH, settings.prefetch_factor or 0)
+        deeper = _prefetch(_workers(settings, needed), depth, options.max_prefetch)
+        if deeper is not None and deeper != settings:
+            return deeper
     first = 2 if workers == 0 else 2 * workers
     if needed <= first:
         return None
