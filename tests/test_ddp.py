@@ -3,6 +3,7 @@ CPU machine, for real), the DDP keywords, and the emitted ``ddp`` section."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import pickle
@@ -22,8 +23,10 @@ from torch import nn
 import autotune
 from autotune import StudyError
 from autotune.cli import main
+from autotune.decide import Confirmed
 from autotune.decide._ddp import (
     DdpResult,
+    after_ddp,
     buffer_keyword,
     keep_default_unless_faster,
     knob_grid,
@@ -197,10 +200,18 @@ def test_a_winner_without_threads_comes_back_with_the_threads_its_ranks_trained_
         user_batch_size=8,
     )
     assert [m.settings.threads for m in ddp.measurements] == [None]
-    assert chosen.settings == Settings(batch_size=8, threads=1) == ddp.settings
-    assert chosen.figures == default.figures
+    assert chosen == default and ddp.settings == Settings(batch_size=8, threads=1)
     assert "torch.set_num_threads(1)" in ddp.to_code()
     assert rank_threads(Settings(batch_size=8), ONE_RANK).threads is None
+    # The default kept stays the default, its rounds with it, under the spelled settings.
+    kept = Confirmed(winner=default, finalists=(), rates=(90.0, 100.0), is_default=True)
+    confirmed, winner = after_ddp(kept, chosen, ddp)
+    assert confirmed == kept and winner.settings == ddp.settings
+    assert winner.figures == default.figures
+    # Another finalist picked by the DDP figures: the rounds measured the first one.
+    other = Measurement(settings=Settings(batch_size=8, num_workers=1), figures=figures(90))
+    confirmed, winner = after_ddp(kept, other, dataclasses.replace(ddp, settings=other.settings))
+    assert confirmed.rates == () and not confirmed.is_default and winner == other
 
 
 @pytest.fixture(scope="module")

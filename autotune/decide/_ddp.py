@@ -32,6 +32,7 @@ from autotune.settings import Settings
 from autotune.workload import SearchOptions
 
 if TYPE_CHECKING:
+    from autotune.decide._confirm import Confirmed
     from autotune.probe import Measurement
 
 BUCKET_CAP_MB = 25
@@ -161,8 +162,9 @@ def run_ddp_stage(
     later: int = 0,
 ) -> tuple[Measurement, DdpResult]:
     """DDP-probe the winner (or every finalist), tune the DDP keywords, and return the
-    winner (another finalist when DDP figures chose it) with the ``ddp`` section;
-    ``later`` probes follow the stage (for the progress estimate)."""
+    winner (another finalist when DDP figures chose it) with the ``ddp`` section, whose
+    settings spell out the ranks' threads (:func:`rank_threads`); ``later`` probes follow
+    the stage (for the progress estimate)."""
     probe = _Prober(placement, template, progress)
     buffers = bool(info.get("buffers"))
     base = default_kwargs(buffers)
@@ -190,7 +192,6 @@ def run_ddp_stage(
         pick = cheapest_within(measured, options.tolerance, user_batch=user_batch_size).settings
         winner = next(c for c in contenders if c.settings == pick)
     chosen = runs[winner.settings.key()]
-    winner = dataclasses.replace(winner, settings=rank_threads(winner.settings, placement))
     kwargs = dict(base)
     if chosen.failure is None and options.ddp_knobs:
         chosen, kwargs, knob_notes = _tune_knobs(probe, chosen, kwargs, info, options.tolerance)
@@ -199,7 +200,7 @@ def run_ddp_stage(
         world_size=placement.ranks,
         backend=placement.backend,
         device_type=placement.device_type,
-        settings=winner.settings,
+        settings=rank_threads(winner.settings, placement),
         kwargs=kwargs,
         rank_cpus=placement.rank_cpus,
         cpu_sets=placement.cpu_sets,
@@ -213,6 +214,25 @@ def run_ddp_stage(
         allocator=info.get("allocator"),
     )
     return winner, result
+
+
+def after_ddp(
+    confirmed: Confirmed, picked: Measurement, ddp: DdpResult
+) -> tuple[Confirmed, Measurement]:
+    """The confirmation and the winner once the DDP stage has ``picked``: the rounds' rates
+    and speedups stay with the config they measured, so they go when the DDP figures
+    chose another finalist; the winner takes the DDP section's settings (the same config,
+    its ranks' threads spelled out), a kept default staying the default."""
+    if picked.settings != confirmed.winner.settings:
+        confirmed = dataclasses.replace(
+            confirmed,
+            rates=(),
+            rates_spread=None,
+            speedup_rounds=(),
+            speedup_spread=None,
+            is_default=False,
+        )
+    return confirmed, dataclasses.replace(picked, settings=ddp.settings)
 
 
 def rank_threads(settings: Settings, placement: Placement) -> Settings:

@@ -20,6 +20,7 @@ from autotune._format import format_rate
 from autotune.decide import (
     Ceilings,
     Confirmed,
+    after_ddp,
     confirm,
     earlier_answer,
     explored_candidates,
@@ -262,16 +263,7 @@ def _run_stages(
             user_batch_size=workload.batch_size,
             later=ceiling_probes,
         )
-        if winner.settings != confirmed.winner.settings:
-            # The DDP figures chose another finalist: the rounds measured the first one.
-            confirmed = dataclasses.replace(
-                confirmed,
-                rates=(),
-                rates_spread=None,
-                speedup_rounds=(),
-                speedup_spread=None,
-                is_default=False,
-            )
+        confirmed, winner = after_ddp(confirmed, winner, ddp)
     hang = worker_hang(study)
     if hang is not None:  # the loader alone with as many workers would hang the same way
         most_workers = min(most_workers, hang.workers - 1)
