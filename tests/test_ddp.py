@@ -136,21 +136,26 @@ class PartlyUsed(nn.Module):
         return self.used(inputs)
 
 
+def ddp_stage(winner, finalists, dataset, model=workloads.linear_model, **options):
+    """The DDP stage on 2 CPU ranks, quietly, for a user's batch of 8."""
+    return run_ddp_stage(
+        placement=TWO_CPU_RANKS,
+        template=template(dataset, model=model),
+        winner=winner,
+        finalists=finalists,
+        info={"buffers": 0, "gradient_bytes": 1000},
+        options=SearchOptions(ddp_knobs=False, **options),
+        progress=QuietProgress(),
+        user_batch_size=8,
+    )
+
+
 def test_unused_parameters_are_found_and_the_probe_runs_again() -> None:
     single = Figures(
         windows=(Window(index=0, seconds=1, samples=400, fresh=400, steps=50, wait_seconds=0),)
     )
     winner = Measurement(settings=Settings(batch_size=8, threads=1), figures=single)
-    chosen, ddp = run_ddp_stage(
-        placement=TWO_CPU_RANKS,
-        template=template(workloads.SleepyDataset(), model=PartlyUsed),
-        winner=winner,
-        finalists=[winner],
-        info={"buffers": 0, "gradient_bytes": 1000},
-        options=SearchOptions(ddp_knobs=False),
-        progress=QuietProgress(),
-        user_batch_size=8,
-    )
+    chosen, ddp = ddp_stage(winner, [winner], workloads.SleepyDataset(), model=PartlyUsed)
     assert chosen == winner
     first, second = ddp.measurements
     assert first.failure is not None and "find_unused_parameters" in first.failure.message
@@ -165,15 +170,9 @@ def test_with_ddp_finalists_the_ddp_figures_choose() -> None:
     cheap = Measurement(settings=Settings(batch_size=8, threads=1), figures=one_rank)
     workers = Settings(batch_size=8, num_workers=4, prefetch_factor=2, threads=1)
     fast = Measurement(settings=workers, figures=one_rank)
-    chosen, ddp = run_ddp_stage(
-        placement=TWO_CPU_RANKS,
-        template=template(workloads.SleepyDataset(delay=0.03)),
-        winner=cheap,  # equally fast on one rank; as DDP, workers waiting on I/O win
-        finalists=[cheap, fast],
-        info={"buffers": 0, "gradient_bytes": 1000},
-        options=SearchOptions(ddp_knobs=False, ddp_finalists=True),
-        progress=QuietProgress(),
-        user_batch_size=8,
+    # Equally fast on one rank; as DDP, workers waiting on I/O win.
+    chosen, ddp = ddp_stage(
+        cheap, [cheap, fast], workloads.SleepyDataset(delay=0.03), ddp_finalists=True
     )
     assert [m.role for m in ddp.measurements] == ["winner", "finalist"]
     slow, quick_ = (m.samples_per_s for m in ddp.measurements)
@@ -189,16 +188,7 @@ def test_a_winner_without_threads_comes_back_with_the_threads_its_ranks_trained_
     # CPU, trained on one. Launched without torchrun's OMP_NUM_THREADS, an unset rank would
     # take both CPUs beside the other rank's: the result says what was measured.
     default = Measurement(settings=Settings(batch_size=8), figures=figures(100))
-    chosen, ddp = run_ddp_stage(
-        placement=TWO_CPU_RANKS,
-        template=template(workloads.SleepyDataset()),
-        winner=default,
-        finalists=[default],
-        info={"buffers": 0, "gradient_bytes": 1000},
-        options=SearchOptions(ddp_knobs=False),
-        progress=QuietProgress(),
-        user_batch_size=8,
-    )
+    chosen, ddp = ddp_stage(default, [default], workloads.SleepyDataset())
     assert [m.settings.threads for m in ddp.measurements] == [None]
     assert chosen == default and ddp.settings == Settings(batch_size=8, threads=1)
     assert "torch.set_num_threads(1)" in ddp.to_code()
