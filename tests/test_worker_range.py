@@ -150,12 +150,14 @@ def test_only_a_default_range_with_a_ceiling_is_swept() -> None:
 def test_a_search_on_a_waiting_loader_widens_the_range_and_explores_it(
     workdir, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A default bound of 1 worker and at most 4: each item sleeps 2 ms (the CPU is free),
-    # so 2 and 4 workers each double the loader's rate, far below the linear model's.
+    # A default bound of 1 worker and at most 4: each item sleeps 5 ms (the CPU is free),
+    # so 2 and 4 workers each double the loader's rate, far below the linear model's. At
+    # 2 ms, beside two CPU-bound processes, 4 workers read only 1.23x 2 workers: the
+    # loading's own CPU was no longer small beside the sleep.
     monkeypatch.setattr("autotune.space._space.MAX_DEFAULT_WORKERS", 1)
     monkeypatch.setattr(_worker_range, "MOST_WORKERS", 4)
     kwargs = {
-        "dataset": workloads.sleepy_dataset,
+        "dataset": workloads.waiting_dataset,
         "model": workloads.linear_model,
         "batch_size": 16,
         "space": {"batch_size": [16], "threads": 1, "amp": "off"},
