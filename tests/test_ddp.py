@@ -136,7 +136,7 @@ class PartlyUsed(nn.Module):
         return self.used(inputs)
 
 
-def ddp_stage(winner, finalists, dataset, model=workloads.linear_model, **options):
+def ddp_stage(winner, finalists, dataset, model=workloads.linear_model, batch_sizes=(), **options):
     """The DDP stage on 2 CPU ranks, quietly, for a user's batch of 8."""
     return run_ddp_stage(
         placement=TWO_CPU_RANKS,
@@ -147,6 +147,7 @@ def ddp_stage(winner, finalists, dataset, model=workloads.linear_model, **option
         options=SearchOptions(ddp_knobs=False, **options),
         progress=QuietProgress(),
         user_batch_size=8,
+        batch_sizes=batch_sizes,
     )
 
 
@@ -181,6 +182,50 @@ def test_with_ddp_finalists_the_ddp_figures_choose() -> None:
     assert quick_ > 1.1 * slow
     assert chosen == fast and ddp.settings == workers
     assert ddp.figures == ddp.measurements[1].figures
+
+
+def test_a_step_cost_the_batch_does_not_grow_makes_ddp_take_the_larger_batch() -> None:
+    # Every step costs 30 ms whatever the batch, as a gradient all-reduce or a kernel
+    # launch does: one rank's probes saw the winner's batch of 8; as DDP, 16 trains
+    # about twice as fast, so it is taken, and one rank is measured again at it.
+    winner = Measurement(settings=Settings(batch_size=8, threads=1), figures=figures(100))
+    chosen, ddp = ddp_stage(
+        winner,
+        [winner],
+        workloads.SleepyDataset(),
+        model=workloads.steady_model,
+        batch_sizes=(4, 8, 16),
+    )
+    assert [(m.role, m.settings.batch_size) for m in ddp.measurements] == [
+        ("winner", 8),
+        ("batch", 16),
+    ]
+    small, large = (m.samples_per_s for m in ddp.measurements)
+    assert large > 1.3 * small
+    assert chosen.settings == Settings(batch_size=16, threads=1) == ddp.settings
+    assert chosen.figures != winner.figures and chosen.samples_per_s > 0
+    assert ddp.single_samples_per_s == chosen.samples_per_s
+    assert ddp.figures == ddp.measurements[1].figures
+    # Dropped with the larger batch: the rounds measured the batch of 8.
+    kept = Confirmed(winner=winner, finalists=(), rates=(90.0, 100.0))
+    confirmed, _ = after_ddp(kept, chosen, ddp)
+    assert confirmed.rates == ()
+
+
+def test_a_larger_batch_that_fails_as_ddp_leaves_the_winner() -> None:
+    winner = Measurement(settings=Settings(batch_size=8, threads=1), figures=figures(100))
+    chosen, ddp = ddp_stage(
+        winner,
+        [winner],
+        workloads.SleepyDataset(),
+        model=workloads.BigBatchOOM,
+        batch_sizes=(4, 8, 16),
+    )
+    assert [m.role for m in ddp.measurements] == ["winner", "batch"]
+    assert ddp.measurements[1].failure is not None
+    assert ddp.measurements[1].failure.kind == "oom"
+    assert chosen == winner and ddp.settings == winner.settings
+    assert ddp.figures == ddp.measurements[0].figures
 
 
 def test_a_winner_without_threads_comes_back_with_the_threads_its_ranks_trained_on() -> None:
@@ -275,9 +320,11 @@ def test_the_search_emits_a_ddp_section_with_a_torchrun_line(ddp_search) -> None
     }
     assert section["samples_per_s"] > 0 and section["scaling_efficiency"] > 0
     assert section["single_samples_per_s"] == result.samples_per_s
-    # The winner as DDP, then one probe per DDP keyword that matters for this tiny model.
+    # The winner as DDP, at the larger batch when it had 8, then one probe per DDP
+    # keyword that matters for this tiny model.
     roles = [m["role"] for m in section["measurements"]]
-    assert roles == ["winner", "knob", "knob"]
+    larger = ["batch"] if section["measurements"][0]["settings"]["batch_size"] == 8 else []
+    assert roles == ["winner", *larger, "knob", "knob"]
     assert any("bucket_cap_mb: left out" in n for n in section["notes"])
     # The user trains with batch 8: a global batch of 16 or 32 changes the learning rate.
     assert section["lr_note"].startswith(f"the global batch is {2 * per_rank} (2 ranks x")

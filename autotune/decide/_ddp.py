@@ -6,6 +6,11 @@ DistributedDataParallel across all ranks (NCCL on GPUs, gloo on CPU), each
 rank with its own loader and ``DistributedSampler``. That gives the aggregate
 samples/s and the scaling efficiency: aggregate / (ranks x one rank alone).
 
+Where the space samples the batch size, the chosen config is also run as DDP at the
+next larger batch: each step's gradient all-reduce is a cost that one rank's probes
+never pay, and a larger batch pays it for more samples. The larger batch is kept only
+when its DDP figure beats the chosen one's by more than the tolerance and the noise.
+
 Then the DDP keywords that matter for this model are tuned, one at a time from
 DDP's defaults, each measured: ``gradient_as_bucket_view`` and
 ``static_graph`` always; ``bucket_cap_mb`` when the gradients span more than
@@ -25,7 +30,7 @@ from torch.nn.parallel import DistributedDataParallel
 from autotune._format import format_rate
 from autotune._noise import difference_error
 from autotune.decide._choose import Candidate, cheapest_within
-from autotune.probe import Figures, Placement, ProbeRequest, run_probe
+from autotune.probe import Figures, Measurement, Placement, ProbeRequest, run_probe
 from autotune.progress import Progress
 from autotune.result import DdpMeasurement, DdpResult
 from autotune.settings import Settings
@@ -33,7 +38,6 @@ from autotune.workload import SearchOptions
 
 if TYPE_CHECKING:
     from autotune.decide._confirm import Confirmed
-    from autotune.probe import Measurement
 
 BUCKET_CAP_MB = 25
 """DDP's default bucket size."""
@@ -84,11 +88,21 @@ def knob_grid(info: dict[str, Any]) -> tuple[list[tuple[str, tuple[Any, ...]]], 
     return grid, notes
 
 
-def planned_probes(info: dict[str, Any], options: SearchOptions, finalists: int) -> int:
-    """DDP probes the stage will run (one more if the model turns out to have unused
-    parameters)."""
+def planned_probes(
+    info: dict[str, Any], options: SearchOptions, finalists: int, *, batches: bool = False
+) -> int:
+    """DDP probes the stage will run, ``batches`` when the space samples the batch size
+    (one more if the model turns out to have unused parameters, and a probe of one rank
+    when a larger batch wins)."""
     knobs = sum(len(values) for _, values in knob_grid(info)[0]) if options.ddp_knobs else 0
-    return (max(1, finalists) if options.ddp_finalists else 1) + knobs
+    return (max(1, finalists) if options.ddp_finalists else 1) + int(batches) + knobs
+
+
+def larger_batch(settings: Settings, batch_sizes: Sequence[int]) -> Settings | None:
+    """``settings`` at the smallest of ``batch_sizes`` above its own, or None when it has
+    the largest."""
+    above = [size for size in batch_sizes if size > settings.batch_size]
+    return dataclasses.replace(settings, batch_size=min(above)) if above else None
 
 
 def keep_default_unless_faster(
@@ -159,12 +173,14 @@ def run_ddp_stage(
     options: SearchOptions,
     progress: Progress,
     user_batch_size: int,
+    batch_sizes: Sequence[int] = (),
     later: int = 0,
 ) -> tuple[Measurement, DdpResult]:
-    """DDP-probe the winner (or every finalist), tune the DDP keywords, and return the
-    winner (another finalist when DDP figures chose it) with the ``ddp`` section, whose
-    settings spell out the ranks' threads (:func:`rank_threads`); ``later`` probes follow
-    the stage (for the progress estimate)."""
+    """DDP-probe the winner (or every finalist) and the pick at the next larger of
+    ``batch_sizes``, tune the DDP keywords, and return the winner (another finalist, or
+    the larger batch measured again on one rank, when DDP figures chose it) with the
+    ``ddp`` section, whose settings spell out the ranks' threads (:func:`rank_threads`);
+    ``later`` probes follow the stage (for the progress estimate)."""
     probe = _Prober(placement, template, progress)
     buffers = bool(info.get("buffers"))
     base = default_kwargs(buffers)
@@ -176,7 +192,10 @@ def run_ddp_stage(
         "ddp",
         f"{len(contenders)} config(s) as DDP across {placement.describe()} ({placement.backend})",
     )
-    progress.plan("ddp", planned_probes(info, options, len(contenders)), None, later=later)
+    batches = len(set(batch_sizes)) > 1
+    progress.plan(
+        "ddp", planned_probes(info, options, len(contenders), batches=batches), None, later=later
+    )
     runs: dict[str, DdpMeasurement] = {}
     for contender in contenders:
         role = "winner" if contender.settings == winner.settings else "finalist"
@@ -192,6 +211,11 @@ def run_ddp_stage(
         pick = cheapest_within(measured, options.tolerance, user_batch=user_batch_size).settings
         winner = next(c for c in contenders if c.settings == pick)
     chosen = runs[winner.settings.key()]
+    larger = larger_batch(winner.settings, batch_sizes) if chosen.failure is None else None
+    if larger is not None:
+        winner, chosen = _try_larger_batch(
+            probe, winner, chosen, larger, base, placement, template, options.tolerance
+        )
     kwargs = dict(base)
     if chosen.failure is None and options.ddp_knobs:
         chosen, kwargs, knob_notes = _tune_knobs(probe, chosen, kwargs, info, options.tolerance)
@@ -247,6 +271,38 @@ def rank_threads(settings: Settings, placement: Placement) -> Settings:
     if settings.threads is not None or placement.ranks < 2:
         return settings
     return dataclasses.replace(settings, threads=placement.rank_cpus)
+
+
+def _try_larger_batch(
+    probe: _Prober,
+    winner: Measurement,
+    chosen: DdpMeasurement,
+    larger: Settings,
+    kwargs: dict[str, Any],
+    placement: Placement,
+    template: ProbeRequest,
+    tolerance: float,
+) -> tuple[Measurement, DdpMeasurement]:
+    """The winner, or ``larger`` when its DDP figure beats the winner's by more than the
+    tolerance and the noise; then one rank alone is measured at it, for the scaling
+    efficiency and the figures the result reports for one rank."""
+    run = probe(larger, kwargs, "batch")
+    tried = [(larger, None if run.failure else run.figures)]
+    if keep_default_unless_faster(winner.settings, chosen.figures, tried, tolerance) != larger:
+        return winner, chosen
+    alone = run_probe(dataclasses.replace(placement.slots()[0].apply(template), settings=larger))
+    if alone.failure is not None:
+        probe.progress.message(
+            f"one rank at batch={larger.batch_size}: FAILED ({alone.failure.kind}): "
+            f"{alone.failure.message}; the batch of {winner.settings.batch_size} is kept"
+        )
+        return winner, chosen
+    gain = run.figures.samples_per_s / chosen.figures.samples_per_s
+    probe.progress.message(
+        f"one rank at batch={larger.batch_size}: {format_rate(alone.figures.samples_per_s)} "
+        f"samples/s; as DDP it trains {gain:.2f}x batch={winner.settings.batch_size}"
+    )
+    return Measurement(settings=larger, figures=alone.figures), run
 
 
 def _tune_knobs(

@@ -364,6 +364,7 @@ def start_budget(
         sweep_probes=sweep_left(space, user_space, study),
         slots=slots,
         ddp_info=info if ranks > 1 else None,
+        batches=len(space.batch_size.values()) > 1,
     )
     cost = ProbeCost.of(options, start_s=probe_start_s, step_s=float(info.get("step_s") or 0.0))
     deadline = Deadline(

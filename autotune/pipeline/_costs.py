@@ -58,6 +58,8 @@ class SearchShape:
     slots: int = 1
     ddp_info: Mapping[str, Any] | None = None
     """The preflight's figures with several ranks; None: one rank, no DDP stage."""
+    batches: bool = False
+    """The space samples the batch size: the DDP stage also runs a larger batch."""
     round_probes: int | None = None
     """A confirming round's probes once the finalists are known; None: estimated from
     the ``finalists`` option."""
@@ -106,7 +108,9 @@ def stage_seconds(
         per_round = round_length(options.finalists + 1)
     ddp = 0
     if shape.ddp_info is not None:
-        ddp = planned_probes(dict(shape.ddp_info), options, options.finalists)
+        ddp = planned_probes(
+            dict(shape.ddp_info), options, options.finalists, batches=shape.batches
+        )
     seconds = {
         "bounds": shape.bound_probes * short if options.bounds else 0.0,
         "workers": shape.sweep_probes * short if options.bounds else 0.0,

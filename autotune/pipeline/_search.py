@@ -209,7 +209,12 @@ def _run_stages(
         default_max_workers(placement.rank_cpus), worker_range.bound if worker_range else 0
     )
     ceiling_probes = _CEILING_PROBES if options.ceilings else 0
-    ddp_probes = planned_probes(info, options, options.finalists) if placement.ranks > 1 else 0
+    batch_sizes = _batch_sizes(space)
+    ddp_probes = (
+        planned_probes(info, options, options.finalists, batches=len(batch_sizes) > 1)
+        if placement.ranks > 1
+        else 0
+    )
     plan = ExplorePlan(
         study=study,
         space=space,
@@ -261,6 +266,7 @@ def _run_stages(
             options=deadline.ddp(options, progress),
             progress=progress,
             user_batch_size=workload.batch_size,
+            batch_sizes=batch_sizes,
             later=ceiling_probes,
         )
         confirmed, winner = after_ddp(confirmed, winner, ddp)
@@ -545,6 +551,11 @@ def _template(workload: Workload, options: SearchOptions, device: str, ranks: in
         memory_limit=options.memory_limit or _default_memory_limit() // ranks,
         seed=options.seed or 0,
     )
+
+
+def _batch_sizes(space: Space) -> tuple[int, ...]:
+    """The batch sizes the space samples, smallest first."""
+    return tuple(sorted(int(size) for size in space.batch_size.values() if size is not None))
 
 
 def _leading_model(bounds: Bounds | None, worker_range: WorkerRange | None) -> Settings | None:
