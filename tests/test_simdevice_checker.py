@@ -167,6 +167,10 @@ def test_the_busy_target_reads_the_choice_against_what_the_data_allows(
     assert found["verdict"]["passed"] is passed
     chosen = found["choices"][0]
     assert chosen["busy_vs_bound"] == pytest.approx(busy / min(1.0, data_ceiling / 1000.0))
+    assert found["verdict"]["detail"].endswith(
+        f"the most: {chosen['busy_vs_bound']:.3f} x its bound (chosen, busy {busy:.3f} of "
+        f"{chosen['busy_bound']:.3f})"
+    )
     assert chosen["limit"] == min(1000.0, data_ceiling)
     assert chosen["vs_limit"] == pytest.approx(900.0 / min(1000.0, data_ceiling))
 
@@ -191,6 +195,8 @@ def test_the_report_prints_every_configs_rate_busy_share_and_distance_to_the_lim
     text = "\n".join(device_lines(section))
     assert "| workers=2 batch=32 | 500 | 0.500 | 1,000 | 800 | 0.625 |" in text
     assert "FAIL choice keeps the device busy" in text  # 0.5 of a possible 0.8
+    # What no config reached is named: here the only config, 0.625 of its bound.
+    assert "of every config measured, the most: 0.625 x its bound (workers=2 batch=32" in text
     assert device_lines({}) == []
 
 
