@@ -25,7 +25,9 @@ from autotune import StudyError
 from autotune.cli import main
 from autotune.decide import Confirmed
 from autotune.decide._ddp import (
+    DdpMeasurement,
     DdpResult,
+    _try_larger_batch,
     after_ddp,
     buffer_keyword,
     keep_default_unless_faster,
@@ -38,6 +40,7 @@ from autotune.probe import (
     Figures,
     Measurement,
     ProbeRequest,
+    ProbeResult,
     Window,
     WorkloadSource,
     _ddp,
@@ -228,6 +231,59 @@ def test_a_larger_batch_that_fails_as_ddp_leaves_the_winner() -> None:
     assert ddp.figures == ddp.measurements[0].figures
 
 
+class ScriptedProbes:
+    """DDP probes that read the figures given, in order, and keep what they were asked."""
+
+    def __init__(self, *rates: float, spread: float = 0.0) -> None:
+        self.rates = list(rates)
+        self.spread = spread
+        self.asked: list[tuple[int, str]] = []
+        self.progress = QuietProgress()
+
+    def __call__(self, settings, kwargs, role):
+        self.asked.append((settings.batch_size, role))
+        return DdpMeasurement(
+            settings=settings,
+            kwargs=kwargs,
+            figures=figures(self.rates.pop(0), spread=self.spread),
+            role=role,
+        )
+
+
+@pytest.mark.parametrize(
+    ("rates", "spread", "asked", "taken"),
+    [
+        ((130.0,), 0.0, [(16, "batch")], True),  # beyond the noise at once
+        ((101.0,), 0.3, [(16, "batch")], False),  # within the tolerance: not read again
+        # Faster by more than the tolerance, within the noise: a second round decides.
+        ((108.0, 100.0, 109.0), 0.3, [(16, "batch"), (8, "winner"), (16, "batch")], True),
+        ((108.0, 100.0, 101.0), 0.3, [(16, "batch"), (8, "winner"), (16, "batch")], False),
+    ],
+)
+def test_a_larger_batch_is_taken_beyond_the_noise_or_when_a_second_round_agrees(
+    monkeypatch, rates, spread, asked, taken
+) -> None:
+    alone = figures(60.0)
+    monkeypatch.setattr(
+        autotune.decide._ddp, "run_probe", lambda request: ProbeResult(figures=alone)
+    )
+    winner = Measurement(settings=Settings(batch_size=8, threads=1), figures=figures(50.0))
+    first = DdpMeasurement(
+        settings=winner.settings, kwargs={}, figures=figures(100.0, spread=spread), role="winner"
+    )
+    probes = ScriptedProbes(*rates, spread=spread)
+    larger = Settings(batch_size=16, threads=1)
+    picked, measured = _try_larger_batch(
+        probes, winner, first, larger, {}, TWO_CPU_RANKS, template(workloads.SleepyDataset()), 0.03
+    )
+    assert probes.asked == asked
+    if taken:
+        assert picked == Measurement(settings=larger, figures=alone)
+        assert measured.settings == larger and measured.samples_per_s == rates[-1]
+    else:
+        assert picked == winner and measured.settings == winner.settings
+
+
 def test_a_winner_without_threads_comes_back_with_the_threads_its_ranks_trained_on() -> None:
     # The default loader leaves torch's threads unset; each rank's probe, pinned to its one
     # CPU, trained on one. Launched without torchrun's OMP_NUM_THREADS, an unset rank would
@@ -323,8 +379,10 @@ def test_the_search_emits_a_ddp_section_with_a_torchrun_line(ddp_search) -> None
     # The winner as DDP, at the larger batch when it had 8, then one probe per DDP
     # keyword that matters for this tiny model.
     roles = [m["role"] for m in section["measurements"]]
-    larger = ["batch"] if section["measurements"][0]["settings"]["batch_size"] == 8 else []
-    assert roles == ["winner", *larger, "knob", "knob"]
+    first = section["measurements"][0]["settings"]["batch_size"]
+    larger = [["batch"], ["batch", "winner", "batch"]] if first == 8 else [[]]
+    assert roles[:1] == ["winner"] and roles[-2:] == ["knob", "knob"]
+    assert roles[1:-2] in larger
     assert any("bucket_cap_mb: left out" in n for n in section["notes"])
     # The user trains with batch 8: a global batch of 16 or 32 changes the learning rate.
     assert section["lr_note"].startswith(f"the global batch is {2 * per_rank} (2 ranks x")
