@@ -16,10 +16,11 @@ import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data.distributed import DistributedSampler
 
 from autotune.probe._protocol import WorkloadSource
 from autotune.probe._train import ContractError, PieceError, batch_length, blame
-from autotune.settings import fix_allocator
+from autotune.settings import fix_allocator, is_iterable_dataset
 from autotune.workload import Workload, load_config
 
 
@@ -70,6 +71,18 @@ class SamplerCounts:
         yield from itertools.repeat(self.batch_size, full)
         if rest and not self.drop_last:
             yield rest
+
+
+def rank_sampler(
+    dataset: Any, shard: tuple[int, int] | None, seed: int
+) -> DistributedSampler[Any] | None:
+    """The sampler of rank ``shard[1]`` of ``shard[0]`` over a map-style ``dataset``, as a
+    DDP rank draws its part of each epoch; None without a shard or for an IterableDataset
+    (which DDP does not split)."""
+    if shard is None or is_iterable_dataset(dataset):
+        return None
+    ranks, rank = shard
+    return DistributedSampler(dataset, num_replicas=ranks, rank=rank, seed=seed)
 
 
 def sampler_counts(loader: object) -> SamplerCounts | None:
@@ -145,6 +158,22 @@ class BatchStream:
     def close(self) -> None:
         """End the epoch under way: a non-persistent loader's workers exit now."""
         self.iterator = None
+
+
+class EpochLoader:
+    """A loader whose DistributedSampler moves to the next epoch at each new iteration,
+    as a training loop calls ``sampler.set_epoch(epoch)``."""
+
+    def __init__(self, loader: Any, sampler: DistributedSampler[Any] | None) -> None:
+        self.loader = loader
+        self.sampler = sampler
+        self.epoch = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        if self.sampler is not None:
+            self.sampler.set_epoch(self.epoch)
+        self.epoch += 1
+        return iter(self.loader)
 
 
 def workers_sender(send: Callable[[tuple[str, Any]], None]) -> Callable[[list[int]], None]:

@@ -38,12 +38,14 @@ import torch
 
 from autotune.probe._build import (
     BatchStream,
+    EpochLoader,
     apply_threads,
     loading_piece,
     make_dataset,
     make_model,
     materialize,
     placement,
+    rank_sampler,
     sampler_counts,
     seed,
     workers_sender,
@@ -182,6 +184,11 @@ def _stream(request: ProbeRequest, workload: Workload, dataset: Any, send: Send)
         # The loader only fills the batches held in memory; its workers must be gone
         # (not prefetching) before the model is measured.
         loading = dataclasses.replace(loading, persistent_workers=False)
+    # One rank of several loads its part of each epoch, as under DDP: a worker start per
+    # epoch then costs as much per sample as it will there.
+    sampler = rank_sampler(dataset, request.shard, request.seed)
+    if sampler is not None:
+        overrides["sampler"] = sampler
     loader = build_loader(
         dataset,
         loading.dataloader_kwargs(),
@@ -190,7 +197,7 @@ def _stream(request: ProbeRequest, workload: Workload, dataset: Any, send: Send)
         **overrides,
     )
     return BatchStream(
-        loader,
+        EpochLoader(loader, sampler),
         loading_piece(workload),
         counts=sampler_counts(loader),
         default_n=loading.batch_size,

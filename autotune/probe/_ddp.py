@@ -27,23 +27,23 @@ import multiprocessing
 import os
 import threading
 import time
-from collections.abc import Iterator
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data.distributed import DistributedSampler
 
 from autotune.probe._build import (
     BatchStream,
+    EpochLoader,
     apply_threads,
     loading_piece,
     make_dataset,
     make_model,
     materialize,
     placement,
+    rank_sampler,
     sampler_counts,
     seed,
     workers_sender,
@@ -53,7 +53,7 @@ from autotune.probe._measure import Heartbeat, Send, Tally, Warmth, beat_seconds
 from autotune.probe._protocol import DdpSpec, Failure, ProbeRequest, Window
 from autotune.probe._timing import synchronize
 from autotune.probe._train import PieceError, Trainer, to_device
-from autotune.settings import build_loader, is_iterable_dataset
+from autotune.settings import build_loader
 
 _LOOPBACK = "127.0.0.1"
 _POLL_SECONDS = 0.1
@@ -186,22 +186,6 @@ def _rank_main(request: ProbeRequest, rank: int, port: int, link: Connection, ha
         link.close()
 
 
-class _EpochLoader:
-    """A loader whose DistributedSampler moves to the next epoch at each new iteration,
-    as a training loop calls ``sampler.set_epoch(epoch)``."""
-
-    def __init__(self, loader: Any, sampler: DistributedSampler[Any] | None) -> None:
-        self.loader = loader
-        self.sampler = sampler
-        self.epoch = 0
-
-    def __iter__(self) -> Iterator[Any]:
-        if self.sampler is not None:
-            self.sampler.set_epoch(self.epoch)
-        self.epoch += 1
-        return iter(self.loader)
-
-
 def _train(request: ProbeRequest, rank: int, link: Connection, halt: Any) -> None:
     spec = _spec(request)
     settings = request.settings
@@ -220,18 +204,15 @@ def _train(request: ProbeRequest, rank: int, link: Connection, halt: Any) -> Non
 
     workload = materialize(request.source)
     dataset = make_dataset(workload)
-    sampler: DistributedSampler[Any] | None = None
-    overrides: dict[str, Any] = {}
-    if not is_iterable_dataset(dataset):
-        sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, seed=request.seed)
-        overrides["sampler"] = sampler
+    sampler = rank_sampler(dataset, (world, rank), request.seed)
+    overrides: dict[str, Any] = {"sampler": sampler} if sampler is not None else {}
     if workload.collate_fn is not None:
         overrides["collate_fn"] = workload.collate_fn
     loader = build_loader(
         dataset, settings.dataloader_kwargs(), worker_threads=settings.worker_threads, **overrides
     )
     stream = BatchStream(
-        _EpochLoader(loader, sampler),
+        EpochLoader(loader, sampler),
         loading_piece(workload),
         counts=sampler_counts(loader),
         default_n=settings.batch_size,

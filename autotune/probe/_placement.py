@@ -49,6 +49,9 @@ class Slot:
     cpus: tuple[int, ...] | None
     """Its CPU affinity; None: every CPU of the search (a single slot)."""
     gpu: Gpu | None = None
+    ranks: int = 1
+    """The ranks the node trains with: with several, a probe here loads this rank's part
+    of each epoch."""
 
     def apply(self, request: ProbeRequest) -> ProbeRequest:
         """``request`` pinned to this slot."""
@@ -59,6 +62,7 @@ class Slot:
             request,
             device=self.device,
             cpus=self.cpus,
+            shard=(self.ranks, self.index) if self.ranks > 1 else None,
             env=tuple(env.items()),
             monitor_gpus=(self.gpu.pin,) if self.gpu else (),
         )
@@ -106,7 +110,7 @@ class Placement:
             gpu = self.gpus[index] if self.gpus else None
             device = "cuda:0" if gpu else (self.device or self.device_type)
             pinned = cpus if self.ranks > 1 else None
-            slots.append(Slot(index=index, device=device, cpus=pinned, gpu=gpu))
+            slots.append(Slot(index=index, device=device, cpus=pinned, gpu=gpu, ranks=self.ranks))
         return tuple(slots)
 
     def ddp_request(self, template: ProbeRequest, kwargs: dict[str, Any]) -> ProbeRequest:

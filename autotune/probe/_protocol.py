@@ -85,6 +85,9 @@ class ProbeRequest:
     seed: int = 0
     cpus: tuple[int, ...] | None = None
     """CPU affinity of the probe and its workers (a DDP rank's share); None: all."""
+    shard: tuple[int, int] | None = None
+    """(ranks, rank): a probe of one rank of several loads that rank's part of each epoch
+    through a ``DistributedSampler``, as DDP does; None: the whole dataset."""
     env: tuple[tuple[str, str], ...] = ()
     """Environment variables set in the probe before anything else (e.g. CUDA_VISIBLE_DEVICES)."""
     worker_start_method: str | None = None
