@@ -21,7 +21,7 @@ from conftest import quick
 from torch import nn
 
 import autotune
-from autotune import StudyError
+from autotune import SearchResult, StudyError
 from autotune.cli import main
 from autotune.decide import Confirmed
 from autotune.decide._ddp import (
@@ -35,6 +35,7 @@ from autotune.decide._ddp import (
     rank_threads,
     run_ddp_stage,
 )
+from autotune.machine import detect_machine
 from autotune.machine._gpus import Discovery
 from autotune.probe import (
     Figures,
@@ -242,10 +243,35 @@ def test_a_step_cost_the_batch_does_not_grow_makes_ddp_take_the_larger_batch() -
     assert chosen.figures != winner.figures and chosen.samples_per_s > 0
     assert ddp.single_samples_per_s == chosen.samples_per_s
     assert ddp.figures == ddp.measurements[1].figures
-    # Dropped with the larger batch: the rounds measured the batch of 8.
-    kept = Confirmed(winner=winner, finalists=(), rates=(90.0, 100.0))
-    confirmed, _ = after_ddp(kept, chosen, ddp)
-    assert confirmed.rates == ()
+    assert ddp.batch_gain == pytest.approx(large / small)
+    # Dropped with the larger batch: the rounds measured the batch of 8. Its speedup over
+    # the default is the rounds' times the gain as DDP, and is what the result states.
+    kept = Confirmed(
+        winner=winner, finalists=(), rates=(90.0, 100.0), speedup_rounds=(1.2, 1.25, 1.3)
+    )
+    confirmed, picked, ddp = after_ddp(kept, chosen, ddp)
+    assert confirmed.rates == () and confirmed.speedup_rounds == ()
+    assert ddp.speedup == pytest.approx(1.25 * ddp.batch_gain)
+    assert DdpResult.from_dict(ddp.to_dict()).speedup == ddp.speedup
+    result = SearchResult(
+        settings=picked.settings,
+        figures=picked.figures,
+        device="cpu",
+        machine=detect_machine(None),
+        ddp=ddp,
+        **{
+            **confirmed.confirmation(),
+            "baseline": Measurement(settings=Settings(batch_size=8), figures=figures(10_000.0)),
+        },
+    )
+    assert result.speedup == ddp.speedup  # not this one rank's probe over the default's
+    assert result.speedup_text() == (
+        f"{ddp.speedup:.2f}x (one rank's rounds times the larger batch's gain as DDP)"
+    )
+    # The default kept by the rounds, then beaten by its larger batch as DDP: the gain.
+    default = dataclasses.replace(kept, speedup_rounds=(), is_default=True)
+    _, _, from_default = after_ddp(default, chosen, dataclasses.replace(ddp, speedup=None))
+    assert from_default.speedup == pytest.approx(ddp.batch_gain)
 
 
 def test_a_larger_batch_that_fails_as_ddp_leaves_the_winner() -> None:
@@ -306,7 +332,7 @@ def test_a_larger_batch_is_taken_beyond_the_noise_or_when_a_second_round_agrees(
     )
     probes = ScriptedProbes(*rates, spread=spread)
     larger = Settings(batch_size=16, threads=1)
-    picked, measured = _try_larger_batch(
+    picked, measured, gain = _try_larger_batch(
         probes, winner, first, larger, {}, TWO_CPU_RANKS, template(workloads.SleepyDataset()), 0.03
     )
     assert probes.asked == asked
@@ -314,6 +340,7 @@ def test_a_larger_batch_is_taken_beyond_the_noise_or_when_a_second_round_agrees(
         assert picked == Measurement(settings=larger, figures=alone)
         assert measured.settings == larger
         assert measured.samples_per_s == pytest.approx(rates[-1], rel=0.01)
+        assert gain == pytest.approx(rates[-1] / 100.0, rel=0.01)
     else:
         assert picked == winner and measured.settings == winner.settings
 
@@ -330,12 +357,12 @@ def test_a_winner_without_threads_comes_back_with_the_threads_its_ranks_trained_
     assert rank_threads(Settings(batch_size=8), ONE_RANK).threads is None
     # The default kept stays the default, its rounds with it, under the spelled settings.
     kept = Confirmed(winner=default, finalists=(), rates=(90.0, 100.0), is_default=True)
-    confirmed, winner = after_ddp(kept, chosen, ddp)
-    assert confirmed == kept and winner.settings == ddp.settings
+    confirmed, winner, after = after_ddp(kept, chosen, ddp)
+    assert confirmed == kept and winner.settings == ddp.settings and after == ddp
     assert winner.figures == default.figures
     # Another finalist picked by the DDP figures: the rounds measured the first one.
     other = Measurement(settings=Settings(batch_size=8, num_workers=1), figures=figures(90))
-    confirmed, winner = after_ddp(kept, other, dataclasses.replace(ddp, settings=other.settings))
+    confirmed, winner, _ = after_ddp(kept, other, dataclasses.replace(ddp, settings=other.settings))
     assert confirmed.rates == () and not confirmed.is_default and winner == other
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -213,10 +214,14 @@ def run_ddp_stage(
         winner = next(c for c in contenders if c.settings == pick)
     chosen = runs[winner.settings.key()]
     larger = larger_batch(winner.settings, batch_sizes) if chosen.failure is None else None
+    gain = None
     if larger is not None:
-        winner, chosen = _try_larger_batch(
+        kept = winner
+        winner, chosen, gain = _try_larger_batch(
             probe, winner, chosen, larger, base, placement, template, options.tolerance
         )
+        if winner is kept:
+            gain = None
     kwargs = dict(base)
     if chosen.failure is None and options.ddp_knobs:
         chosen, kwargs, knob_notes = _tune_knobs(probe, chosen, kwargs, info, options.tolerance)
@@ -233,6 +238,7 @@ def run_ddp_stage(
         visible=placement.visible,
         figures=chosen.figures if chosen.failure is None else None,
         single_samples_per_s=winner.samples_per_s,
+        batch_gain=gain,
         measurements=tuple(probe.measurements),
         notes=tuple(notes),
         failure=chosen.failure,
@@ -243,12 +249,19 @@ def run_ddp_stage(
 
 def after_ddp(
     confirmed: Confirmed, picked: Measurement, ddp: DdpResult
-) -> tuple[Confirmed, Measurement]:
-    """The confirmation and the winner once the DDP stage has ``picked``: the rounds' rates
-    and speedups stay with the config they measured, so they go when the DDP figures
-    chose another finalist; the winner takes the DDP section's settings (the same config,
-    its ranks' threads spelled out), a kept default staying the default."""
+) -> tuple[Confirmed, Measurement, DdpResult]:
+    """The confirmation, the winner and the ``ddp`` section once the DDP stage has
+    ``picked``: the rounds' rates and speedups stay with the config they measured, so they
+    go when the DDP figures chose another config; the winner takes the DDP section's
+    settings (the same config, its ranks' threads spelled out), a kept default staying
+    the default. A larger batch taken carries the rounds' speedup times its gain as DDP
+    into the section (:attr:`DdpResult.speedup`), as the search measured it."""
     if picked.settings != confirmed.winner.settings:
+        if ddp.batch_gain is not None:
+            rounds = confirmed.speedup_rounds
+            base = 1.0 if confirmed.is_default else statistics.median(rounds) if rounds else None
+            if base is not None:
+                ddp = dataclasses.replace(ddp, speedup=base * ddp.batch_gain)
         confirmed = dataclasses.replace(
             confirmed,
             rates=(),
@@ -257,7 +270,7 @@ def after_ddp(
             speedup_spread=None,
             is_default=False,
         )
-    return confirmed, dataclasses.replace(picked, settings=ddp.settings)
+    return confirmed, dataclasses.replace(picked, settings=ddp.settings), ddp
 
 
 def rank_threads(settings: Settings, placement: Placement) -> Settings:
@@ -283,7 +296,7 @@ def _try_larger_batch(
     placement: Placement,
     template: ProbeRequest,
     tolerance: float,
-) -> tuple[Measurement, DdpMeasurement]:
+) -> tuple[Measurement, DdpMeasurement, float]:
     """The winner, or ``larger`` when its DDP figure beats the winner's beyond the noise
     (:func:`keep_default_unless_faster`), or by more than the tolerance in a second
     round too, the winner and ``larger`` measured again one after the other: one pair
@@ -293,12 +306,12 @@ def _try_larger_batch(
     rank."""
     run = probe(larger, kwargs, "batch")
     if run.failure is not None:
-        return winner, chosen
+        return winner, chosen, 1.0
     tried = [(larger, run.figures)]
     clear = keep_default_unless_faster(winner.settings, chosen.figures, tried, tolerance)
     if clear != larger:
         if run.figures.samples_per_s <= chosen.figures.samples_per_s * (1.0 + tolerance):
-            return winner, chosen
+            return winner, chosen, 1.0
         again = probe(winner.settings, kwargs, "winner")
         run = probe(larger, kwargs, "batch")
         if (
@@ -306,7 +319,7 @@ def _try_larger_batch(
             or run.failure is not None
             or run.figures.samples_per_s <= again.figures.samples_per_s * (1.0 + tolerance)
         ):
-            return winner, chosen
+            return winner, chosen, 1.0
         chosen = again
     alone = run_probe(dataclasses.replace(placement.slots()[0].apply(template), settings=larger))
     if alone.failure is not None:
@@ -314,13 +327,13 @@ def _try_larger_batch(
             f"one rank at batch={larger.batch_size}: FAILED ({alone.failure.kind}): "
             f"{alone.failure.message}; the batch of {winner.settings.batch_size} is kept"
         )
-        return winner, chosen
+        return winner, chosen, 1.0
     gain = run.figures.samples_per_s / chosen.figures.samples_per_s
     probe.progress.message(
         f"one rank at batch={larger.batch_size}: {format_rate(alone.figures.samples_per_s)} "
         f"samples/s; as DDP it trains {gain:.2f}x batch={winner.settings.batch_size}"
     )
-    return Measurement(settings=larger, figures=alone.figures), run
+    return Measurement(settings=larger, figures=alone.figures), run, gain
 
 
 def _tune_knobs(

@@ -269,7 +269,7 @@ def _run_stages(
             batch_sizes=batch_sizes,
             later=ceiling_probes,
         )
-        confirmed, winner = after_ddp(confirmed, winner, ddp)
+        confirmed, winner, ddp = after_ddp(confirmed, winner, ddp)
     hang = worker_hang(study)
     if hang is not None:  # the loader alone with as many workers would hang the same way
         most_workers = min(most_workers, hang.workers - 1)

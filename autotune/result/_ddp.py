@@ -77,6 +77,14 @@ class DdpResult:
     """The aggregate figures of the chosen DDP config; None when it failed."""
     single_samples_per_s: float | None = None
     """One rank alone, with its share of the node (the confirming measurement)."""
+    batch_gain: float | None = None
+    """How much faster as DDP the next larger batch trained than the config the rounds
+    confirmed, their DDP probes side by side, when the stage took it; None: it kept the
+    batch."""
+    speedup: float | None = None
+    """With the larger batch taken: the rounds' speedup of the config they confirmed over
+    the default loader (1 for the default itself) times :attr:`batch_gain`, the chosen
+    config's speedup as the search measured it; None otherwise."""
     measurements: tuple[DdpMeasurement, ...] = ()
     notes: tuple[str, ...] = ()
     failure: Failure | None = None
@@ -194,6 +202,8 @@ class DdpResult:
             "samples_per_s": self.samples_per_s,
             "single_samples_per_s": self.single_samples_per_s,
             "scaling_efficiency": self.scaling_efficiency,
+            "batch_gain": self.batch_gain,
+            "speedup": self.speedup,
             "settings": self.settings.to_dict(),
             "user_batch_size": self.user_batch_size,
             "figures": self.figures.to_dict() if self.figures else None,
@@ -217,6 +227,8 @@ class DdpResult:
             visible=data.get("cuda_visible_devices"),
             figures=Figures.from_dict(data["figures"]) if data.get("figures") else None,
             single_samples_per_s=data.get("single_samples_per_s"),
+            batch_gain=data.get("batch_gain"),
+            speedup=data.get("speedup"),
             measurements=tuple(DdpMeasurement.from_dict(m) for m in data.get("measurements", ())),
             notes=tuple(data.get("notes", ())),
             failure=Failure.from_dict(data["failure"]) if data.get("failure") else None,

@@ -87,6 +87,8 @@ class SearchResult(Confirmation):
             return None
         if self.speedup_rounds:
             return statistics.median(self.speedup_rounds)
+        if self.ddp is not None and self.ddp.speedup is not None:
+            return self.ddp.speedup
         if self.baseline is None or self.baseline.samples_per_s <= 0:
             return None
         return self.samples_per_s / self.baseline.samples_per_s
@@ -117,6 +119,8 @@ class SearchResult(Confirmation):
             return None
         interval = self.speedup_interval
         if interval is None:
+            if self.ddp is not None and self.ddp.speedup is not None and not self.speedup_rounds:
+                return f"{speedup:.2f}x (one rank's rounds times the larger batch's gain as DDP)"
             return f"{speedup:.2f}x"
         rounds = len(self.speedup_rounds)
         return f"{speedup:.2f}x ({_PREDICTED} {interval[0]:.2f}-{interval[1]:.2f}, {rounds} rounds)"
