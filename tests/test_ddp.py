@@ -221,18 +221,21 @@ def test_with_ddp_finalists_the_ddp_figures_choose() -> None:
     assert ddp.figures == ddp.measurements[1].figures
 
 
+def batch_stage(model):
+    """The DDP stage on 2 CPU ranks for a winner at batch 8 of a space of 4, 8 and 16:
+    the winner, the config it returns and its ``ddp`` section."""
+    winner = Measurement(settings=Settings(batch_size=8, threads=1), figures=figures(100))
+    chosen, ddp = ddp_stage(
+        winner, [winner], workloads.SleepyDataset(), model=model, batch_sizes=(4, 8, 16)
+    )
+    return winner, chosen, ddp
+
+
 def test_a_step_cost_the_batch_does_not_grow_makes_ddp_take_the_larger_batch() -> None:
     # Every step costs 30 ms whatever the batch, as a gradient all-reduce or a kernel
     # launch does: one rank's probes saw the winner's batch of 8; as DDP, 16 trains
     # about twice as fast, so it is taken, and one rank is measured again at it.
-    winner = Measurement(settings=Settings(batch_size=8, threads=1), figures=figures(100))
-    chosen, ddp = ddp_stage(
-        winner,
-        [winner],
-        workloads.SleepyDataset(),
-        model=workloads.steady_model,
-        batch_sizes=(4, 8, 16),
-    )
+    winner, chosen, ddp = batch_stage(workloads.steady_model)
     assert [(m.role, m.settings.batch_size) for m in ddp.measurements] == [
         ("winner", 8),
         ("batch", 16),
@@ -275,14 +278,7 @@ def test_a_step_cost_the_batch_does_not_grow_makes_ddp_take_the_larger_batch() -
 
 
 def test_a_larger_batch_that_fails_as_ddp_leaves_the_winner() -> None:
-    winner = Measurement(settings=Settings(batch_size=8, threads=1), figures=figures(100))
-    chosen, ddp = ddp_stage(
-        winner,
-        [winner],
-        workloads.SleepyDataset(),
-        model=workloads.BigBatchOOM,
-        batch_sizes=(4, 8, 16),
-    )
+    winner, chosen, ddp = batch_stage(workloads.BigBatchOOM)
     assert [m.role for m in ddp.measurements] == ["winner", "batch"]
     assert ddp.measurements[1].failure is not None
     assert ddp.measurements[1].failure.kind == "oom"
