@@ -339,6 +339,7 @@ def test_a_larger_batch_is_taken_beyond_the_noise_or_when_a_second_round_agrees(
         assert gain == pytest.approx(rates[-1] / 100.0, rel=0.01)
     else:
         assert picked == winner and measured.settings == winner.settings
+        assert gain is None
 
 
 def test_a_winner_without_threads_comes_back_with_the_threads_its_ranks_trained_on() -> None:

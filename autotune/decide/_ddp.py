@@ -194,7 +194,7 @@ def run_ddp_stage(
         "ddp",
         f"{len(contenders)} config(s) as DDP across {placement.describe()} ({placement.backend})",
     )
-    batches = len(set(batch_sizes)) > 1
+    batches = len(batch_sizes) > 1
     progress.plan(
         "ddp", planned_probes(info, options, len(contenders), batches=batches), None, later=later
     )
@@ -216,12 +216,9 @@ def run_ddp_stage(
     larger = larger_batch(winner.settings, batch_sizes) if chosen.failure is None else None
     gain = None
     if larger is not None:
-        kept = winner
         winner, chosen, gain = _try_larger_batch(
             probe, winner, chosen, larger, base, placement, template, options.tolerance
         )
-        if winner is kept:
-            gain = None
     kwargs = dict(base)
     if chosen.failure is None and options.ddp_knobs:
         chosen, kwargs, knob_notes = _tune_knobs(probe, chosen, kwargs, info, options.tolerance)
@@ -296,22 +293,23 @@ def _try_larger_batch(
     placement: Placement,
     template: ProbeRequest,
     tolerance: float,
-) -> tuple[Measurement, DdpMeasurement, float]:
+) -> tuple[Measurement, DdpMeasurement, float | None]:
     """The winner, or ``larger`` when its DDP figure beats the winner's beyond the noise
     (:func:`keep_default_unless_faster`), or by more than the tolerance in a second
     round too, the winner and ``larger`` measured again one after the other: one pair
     of DDP probes on shared CPUs reads 10% or more apart by chance, so a gain under that
     noise is taken only when it holds twice. One rank alone is then measured at
     ``larger``, for the scaling efficiency and the figures the result reports for one
-    rank."""
+    rank. The last item is ``larger``'s DDP figure over the winner's when it is taken,
+    None when the winner is kept."""
     run = probe(larger, kwargs, "batch")
     if run.failure is not None:
-        return winner, chosen, 1.0
+        return winner, chosen, None
     tried = [(larger, run.figures)]
     clear = keep_default_unless_faster(winner.settings, chosen.figures, tried, tolerance)
     if clear != larger:
         if run.figures.samples_per_s <= chosen.figures.samples_per_s * (1.0 + tolerance):
-            return winner, chosen, 1.0
+            return winner, chosen, None
         again = probe(winner.settings, kwargs, "winner")
         run = probe(larger, kwargs, "batch")
         if (
@@ -319,7 +317,7 @@ def _try_larger_batch(
             or run.failure is not None
             or run.figures.samples_per_s <= again.figures.samples_per_s * (1.0 + tolerance)
         ):
-            return winner, chosen, 1.0
+            return winner, chosen, None
         chosen = again
     alone = run_probe(dataclasses.replace(placement.slots()[0].apply(template), settings=larger))
     if alone.failure is not None:
@@ -327,7 +325,7 @@ def _try_larger_batch(
             f"one rank at batch={larger.batch_size}: FAILED ({alone.failure.kind}): "
             f"{alone.failure.message}; the batch of {winner.settings.batch_size} is kept"
         )
-        return winner, chosen, 1.0
+        return winner, chosen, None
     gain = run.figures.samples_per_s / chosen.figures.samples_per_s
     probe.progress.message(
         f"one rank at batch={larger.batch_size}: {format_rate(alone.figures.samples_per_s)} "
