@@ -39,17 +39,19 @@ def figures_of(rate: float) -> Figures:
 
 class Readings(autotune.QuietProgress):
     """Stands in for the compute probes: each call reads the next rate given for its
-    thread count (0 for a failed probe), and the order of the calls is kept."""
+    thread count, or for its :func:`compute_key` (0 for a failed probe), and the order of
+    the calls is kept."""
 
-    def __init__(self, rates: dict[int, list[float]]) -> None:
-        self.rates = {threads: list(values) for threads, values in rates.items()}
+    def __init__(self, rates: dict[int, list[float]] | dict[str, list[float]]) -> None:
+        self.rates: dict[object, list[float]] = {k: list(values) for k, values in rates.items()}
         self.probed: list[str] = []
         self.messages: list[str] = []
 
     def probe(self, request: ProbeRequest) -> ProbeResult:
         assert request.mode == "compute" and request.settings.num_workers == 0
-        self.probed.append(compute_key(request.settings))
-        rate = self.rates[request.settings.threads or 0].pop(0)
+        key = compute_key(request.settings)
+        self.probed.append(key)
+        rate = self.rates[key if key in self.rates else request.settings.threads or 0].pop(0)
         if rate == 0:
             return ProbeResult(
                 figures=Figures(), failure=Failure(kind="crash", message="it crashed")
@@ -89,9 +91,11 @@ def test_compute_configs_cover_each_combination_once() -> None:
     assert len({compute_key(c) for c in configs}) == len(configs)
 
 
-def _measure(readings: Readings, study: optuna.Study, monkeypatch) -> Bounds | None:
+def _measure(
+    readings: Readings, study: optuna.Study, monkeypatch, batch_sizes: tuple[int, ...] = (64,)
+) -> Bounds | None:
     monkeypatch.setattr(_bounds, "run_probe", readings.probe)
-    space = build_space({"batch_size": [64], "amp": "off"}, TWO_CPUS, batch_size=64)
+    space = build_space({"batch_size": list(batch_sizes), "amp": "off"}, TWO_CPUS, batch_size=64)
     template = ProbeRequest(
         source=WorkloadSource(config_path="config.py"),
         settings=Settings(batch_size=64),
@@ -123,21 +127,48 @@ def test_each_ceiling_is_the_highest_of_readings_in_probes_of_their_own(monkeypa
     assert _measure(again, study, monkeypatch) == bounds and again.probed == []
 
 
-def test_a_combination_far_below_the_highest_is_read_once(monkeypatch) -> None:
-    # Two threads first read at 0.55 of one thread's first reading: below OUT_OF_REACH,
-    # further than any low reading ever fell, so no second probe for it.
+def test_a_combination_far_below_the_highest_and_near_its_neighbours_is_read_once(
+    monkeypatch,
+) -> None:
+    # Batch 8 on two threads first reads 0.5 of the highest, batch 64 on one thread, but
+    # 0.8 of batch 8 on one thread and of batch 64 on two, the combinations one knob
+    # away: slow for what it is, and no second probe for it.
+    small_one, small_two = "batch=8 amp=off threads=1", "batch=8 amp=off threads=2"
+    large_one, large_two = "batch=64 amp=off threads=1", "batch=64 amp=off threads=2"
+    rates = {
+        small_one: [1250.0, 1250.0],
+        small_two: [1000.0, 1900.0],
+        large_one: [2000.0, 2100.0],
+        large_two: [1250.0, 1250.0],
+    }
+    readings = Readings(rates)
+    study = optuna.create_study()
+    bounds = _measure(readings, study, monkeypatch, batch_sizes=(8, 64))
+    assert OUT_OF_REACH == 0.6
+    first_pass = [small_one, small_two, large_one, large_two]
+    assert readings.probed == [*first_pass, small_one, large_one, large_two]
+    assert bounds is not None and bounds.ceilings[small_two] == 1000.0
+    assert study.user_attrs[COMPUTE_READINGS][small_two] == [1000.0]
+    assert any("1 combination(s) read below 60% of the highest" in m for m in readings.messages)
+    # At 0.65 of the highest, within reach of a low reading: read twice.
+    closer = Readings({**rates, small_two: [1300.0, 1900.0]})
+    assert _measure(closer, optuna.create_study(), monkeypatch, batch_sizes=(8, 64)) is not None
+    assert closer.probed.count(small_two) == 2
+
+
+def test_a_combination_far_below_a_neighbour_is_read_again(monkeypatch) -> None:
+    # Two threads first read at 0.55 of one thread at the same batch size and AMP: one
+    # knob rarely costs that much, and one probe process read a combination at a quarter
+    # of its neighbours', so it is read again, and its second reading counts.
     readings = Readings({1: [2000.0, 2100.0], 2: [1100.0, 1900.0]})
     study = optuna.create_study()
     bounds = _measure(readings, study, monkeypatch)
     one, two = "batch=64 amp=off threads=1", "batch=64 amp=off threads=2"
-    assert OUT_OF_REACH == 0.6 and readings.probed == [one, two, one]
-    assert bounds is not None and bounds.ceilings == {one: 2100.0, two: 1100.0}
-    assert study.user_attrs[COMPUTE_READINGS] == {one: [2000.0, 2100.0], two: [1100.0]}
-    assert any("1 combination(s) read below 60% of the highest" in m for m in readings.messages)
-    # At 0.65 of the highest, within reach of a low reading: read twice.
-    closer = Readings({1: [2000.0, 2100.0], 2: [1300.0, 1900.0]})
-    assert _measure(closer, optuna.create_study(), monkeypatch) is not None
-    assert closer.probed == [one, two, one, two]
+    assert readings.probed == [one, two, one, two]
+    assert bounds is not None and bounds.ceilings == {one: 2100.0, two: 1900.0}
+    assert bounds.rules_out(Settings(batch_size=64, threads=2), best=1950.0, tolerance=0.03) is None
+    assert study.user_attrs[COMPUTE_READINGS] == {one: [2000.0, 2100.0], two: [1100.0, 1900.0]}
+    assert not any("not read again" in m for m in readings.messages)
 
 
 def test_a_failed_reading_keeps_the_others_and_an_older_study_gets_its_second(monkeypatch) -> None:

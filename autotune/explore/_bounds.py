@@ -15,7 +15,10 @@ Both act on a ceiling unrun configs never get a chance to contradict, so one low
 reading could hide the best combination. Each combination is read in
 :data:`READINGS` probe processes, one pass over every combination after another,
 and its ceiling is the highest reading: noise only ever slows a reading down. A
-combination read far below the highest (:data:`OUT_OF_REACH`) is read once.
+combination read far below the highest (:data:`OUT_OF_REACH`) is read once, unless it
+is that far below a neighbour too (a combination that differs from it in one knob):
+one knob rarely costs that much, and one probe process read a combination at a
+quarter of its neighbours'.
 
 The ceilings are kept in the study, so a resumed search does not measure them again.
 """
@@ -44,8 +47,9 @@ below the next, however steady its own windows, and with one reading a low one r
 out every config of that combination unrun (the runs: ``docs/decisions.md``)."""
 OUT_OF_REACH = 0.6
 """A combination whose first reading is below this share of the highest is not read
-again: the lowest reading a probe process gave was about 0.7 of that combination's
-usual, so a second reading could not bring it near the highest."""
+again, unless it is below this share of a neighbour's too: a combination slow for what
+it is (more threads than pay, AMP the CPU runs slowly) is slow beside its neighbours
+as well, where one low probe process stands out from them."""
 MAX_COMBINATIONS = 16
 """Above this many (batch size, AMP, threads) combinations, no bounds are measured."""
 NOISE_MARGIN = 0.05
@@ -139,11 +143,38 @@ def _stored_readings(study: optuna.Study, figures: Mapping[str, Figures]) -> dic
     return readings
 
 
-def _out_of_reach(taken: list[float], readings: Mapping[str, list[float]]) -> bool:
-    """Whether a combination read at ``taken`` needs no further reading: it was read,
-    and even its highest reading lies below :data:`OUT_OF_REACH` of the highest of all."""
+def _out_of_reach(
+    key: str, readings: Mapping[str, list[float]], neighbours: Mapping[str, list[str]]
+) -> bool:
+    """Whether combination ``key`` needs no further reading: it was read, its highest
+    reading lies below :data:`OUT_OF_REACH` of the highest of all, and not below that
+    share of any of its ``neighbours``' highest (:func:`_neighbours`)."""
+    taken = readings.get(key, [])
+    if not taken:
+        return False
     highest = max((rate for rates in readings.values() for rate in rates), default=0.0)
-    return bool(taken) and max(taken) < OUT_OF_REACH * highest
+    near = max(
+        (rate for other in neighbours.get(key, ()) for rate in readings.get(other, ())),
+        default=0.0,
+    )
+    return max(taken) < OUT_OF_REACH * highest and max(taken) >= OUT_OF_REACH * near
+
+
+def _neighbours(configs: list[Settings]) -> dict[str, list[str]]:
+    """By :func:`compute_key`, the combinations that differ from each in exactly one of
+    batch size, AMP and threads."""
+
+    def knobs(settings: Settings) -> tuple[object, ...]:
+        return (settings.batch_size, settings.amp, settings.threads)
+
+    return {
+        compute_key(config): [
+            compute_key(other)
+            for other in configs
+            if sum(a != b for a, b in zip(knobs(config), knobs(other), strict=True)) == 1
+        ]
+        for config in configs
+    }
 
 
 def _readings_to_take(
@@ -181,10 +212,11 @@ def measure_bounds(
         return None, {}
     figures = _stored_figures(study)
     readings = _stored_readings(study, figures)
+    neighbours = _neighbours(configs)
     todo = [
         settings
         for settings in _readings_to_take(configs, readings)
-        if not _out_of_reach(readings.get(compute_key(settings), []), readings)
+        if not _out_of_reach(compute_key(settings), readings, neighbours)
     ]
     if todo:
         combinations = len({compute_key(settings) for settings in todo})
@@ -200,7 +232,7 @@ def measure_bounds(
         skipped: list[str] = []
         for settings in todo:
             key = compute_key(settings)
-            if _out_of_reach(readings.get(key, []), readings):
+            if _out_of_reach(key, readings, neighbours):
                 skipped.append(key)
                 continue
             result = run_probe(dataclasses.replace(short, settings=settings))
@@ -225,7 +257,7 @@ def measure_bounds(
         if skipped:
             progress.message(
                 f"{len(skipped)} combination(s) read below {OUT_OF_REACH:.0%} of the highest "
-                "ceiling: not read again, since no low reading was ever that far below"
+                "ceiling, and not that far below any combination one knob away: not read again"
             )
     models = {compute_key(c): c for c in configs}
     rates = {k: f.samples_per_s for k, f in figures.items() if k in models and f.samples_per_s > 0}
