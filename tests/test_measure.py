@@ -29,7 +29,7 @@ class FakeClock:
         self.now += 0.1
 
     def windows(
-        self, batches: Iterator[torch.Tensor], *, windows: int, **pace: float
+        self, batches: Iterator[torch.Tensor], *, windows: int, **pace: float | None
     ) -> list[float]:
         """samples/s of each of ``windows`` windows of :func:`measure` over ``batches``."""
         events: list[tuple[str, object]] = []
@@ -107,3 +107,31 @@ def test_the_pace_asks_for_both_the_seconds_and_the_batches() -> None:
         assert pace.window_full(tally, 0.4) is False
     with pytest.raises(ValueError, match="turn is 0"):
         SoloPace(warmup_seconds=0, window_seconds=0, send=print, stop=threading.Event(), turn=0)
+
+
+def test_windows_that_agree_end_the_loop_and_others_run_to_the_last(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = FakeClock(monkeypatch)
+
+    def even() -> Iterator[torch.Tensor]:
+        while True:
+            yield torch.zeros(SAMPLES, 1)
+
+    def slowing() -> Iterator[torch.Tensor]:
+        # Each batch takes 10 ms longer than the one before: every window reads slower.
+        delay = 0.0
+        while True:
+            delay += 0.01
+            clock.now += delay
+            yield torch.zeros(SAMPLES, 1)
+
+    read = clock.windows(even(), windows=9, warmup_seconds=0.0, window_seconds=0.35, steady=0.01)
+    assert read == [pytest.approx(SAMPLES / 0.1)] * 3
+    clock.now = 0.0
+    assert len(clock.windows(even(), windows=9, warmup_seconds=0.0, window_seconds=0.35)) == 9
+    clock.now = 0.0
+    moving = clock.windows(
+        slowing(), windows=9, warmup_seconds=0.0, window_seconds=0.35, steady=0.01
+    )
+    assert len(moving) == 9 and moving[0] > moving[-1]

@@ -34,8 +34,9 @@ from autotune.explore._ray_worker import (
     match_niceness,
     on_this_node,
 )
+from autotune.explore._trials import fixed_trial, group_attrs
 from autotune.machine import Machine, usable_cpus
-from autotune.probe import Figures, ProbeRequest, WorkloadSource
+from autotune.probe import Figures, ProbeRequest, Window, WorkloadSource
 from autotune.progress import QuietProgress
 from autotune.settings import Settings
 from autotune.space import build_space
@@ -274,3 +275,30 @@ def test_a_resumed_search_prunes_against_the_trials_already_in_the_study(tmp_pat
     # best 2 of 6 go on. Each window is in the study as soon as Ray reports it.
     assert decisions == {"slow": "STOP", "fast": "CONTINUE"}
     assert [t.intermediate_values for t in study.trials[5:]] == [{1: 350.0}, {1: 450.0}]
+
+
+@pytest.mark.parametrize(
+    ("rates", "state"),
+    [((1000, 1004, 1008), TrialState.COMPLETE), ((1000, 1100, 1200), TrialState.FAIL)],
+)
+def test_a_confirming_trial_is_complete_when_its_windows_ended_steady(
+    tmp_path, rates, state
+) -> None:
+    study = open_study(tmp_path / "s.db", "s", create=True)
+    (attrs,) = group_attrs([Settings(batch_size=8)], ["baseline"], 1)[1]
+    book = TrialBook(_plan(study), exploring=False, count=1, timeout=None, fixed=[attrs])
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*Heartbeat of storage.*")
+        config = book.propose(_OptunaTrialSuggestCaptor(fixed_trial(study, attrs)))
+    book.attach(config[NUMBER_KEY], "t")
+    book.started("t")
+    shown = tuple(
+        Window(index=i, seconds=1.0, samples=r, fresh=r, steps=1, wait_seconds=0.0)
+        for i, r in enumerate(rates)
+    )
+    book.reported("t", {"figures": Figures(windows=shown).to_dict()})
+    book.ended("t")
+    book.close()
+    # Three windows of nine: within a third of the tolerance they end the probe; 20%
+    # apart, the probe stopped before its end, as when the search ends while it runs.
+    assert study.trials[-1].state == state

@@ -20,6 +20,9 @@ from autotune.settings import Settings
 from autotune.space import Space
 from autotune.workload import SearchOptions
 
+STEADY_SHARE = 1 / 3
+"""A confirming probe ends once its windows agree within this share of the tolerance."""
+
 
 @dataclasses.dataclass(kw_only=True)
 class ExplorePlan:
@@ -41,6 +44,13 @@ class ExplorePlan:
     slots: tuple[Slot, ...] = ()
     """Where trials run, one at a time per slot, as many at once as there are slots (one
     per DDP rank: its GPU and CPU share); empty: the template as it is, one at a time."""
+
+    def measuring(self) -> ProbeRequest:
+        """The template of a probe that measures a given config again (a confirming
+        round), which ends once its windows agree within :data:`STEADY_SHARE` of the
+        tolerance: where the windows agree that closely, more of them cannot move a
+        config's figure by a share the verdict's band could notice."""
+        return dataclasses.replace(self.template, steady=self.options.tolerance * STEADY_SHARE)
 
 
 class Backend(Protocol):

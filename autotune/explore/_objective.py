@@ -36,6 +36,8 @@ class Objective:
 
     def __init__(self, plan: ExplorePlan, *, exploring: bool = True) -> None:
         self.plan = plan
+        self.template = plan.template if exploring else plan.measuring()
+        """Explored trials run every window the pruner lets them; given configs end steady."""
         self.rules = TrialRules(plan, exploring=exploring, backend="optuna")
         self.pool = SlotPool(plan.slots) if plan.slots else None
         self.interrupted = threading.Event()
@@ -59,7 +61,7 @@ class Objective:
         return outcome.unwrap()
 
     def _probe(self, trial: optuna.Trial, settings: Settings, *, prunable: bool) -> ProbeResult:
-        request = dataclasses.replace(self.plan.template, settings=settings, mode="train")
+        request = dataclasses.replace(self.template, settings=settings, mode="train")
 
         def on_window(window: Window, so_far: Figures) -> bool:
             value = so_far.samples_per_s

@@ -281,7 +281,7 @@ class RayBackend:
         )
         scheduler = StudyPruning(book) if exploring else FIFOScheduler()  # type: ignore[no-untyped-call]
         trainable = tune.with_resources(
-            tune.with_parameters(run_trial, spec=_spec(plan, resources)),
+            tune.with_parameters(run_trial, spec=_spec(plan, resources, exploring=exploring)),
             {"cpu": resources.cpus, "gpu": resources.gpus},
         )
         with quiet_optuna():
@@ -318,8 +318,8 @@ class RayBackend:
             book.close()
 
 
-def _spec(plan: ExplorePlan, resources: TrialResources) -> TrialSpec:
-    template = plan.template
+def _spec(plan: ExplorePlan, resources: TrialResources, *, exploring: bool) -> TrialSpec:
+    template = plan.template if exploring else plan.measuring()
     if template.worker_start_method is None:
         # The DataLoader's workers start as the user's training would start them here.
         template = dataclasses.replace(

@@ -50,7 +50,7 @@ from autotune.explore._ray_worker import METRIC, NUMBER_KEY, SETTINGS_KEY, TIME_
 from autotune.explore._rules import TrialRules
 from autotune.explore._rungs import StudyRungs
 from autotune.explore._trials import fixed_trial, report_windows
-from autotune.probe import Failure, Figures, ProbeResult, Window
+from autotune.probe import Failure, Figures, ProbeResult, Window, ends_steady, steady_share
 from autotune.settings import Settings
 from autotune.study import NODE, Heartbeat, frozen_trial, id_in_storage, storage_of
 
@@ -85,6 +85,8 @@ class TrialBook:
         fixed: list[dict[str, Any]] | None = None,
     ) -> None:
         self.plan = plan
+        self.template = plan.template if exploring else plan.measuring()
+        """What each trial's probe was asked, less its settings: how many windows end it."""
         self.fixed = list(fixed or [])
         """The attributes of the trials to run, in order, when this run measures given
         configs (the confirming rounds) rather than asking the sampler."""
@@ -202,7 +204,11 @@ class TrialBook:
         if running.node is not None:
             running.trial.set_user_attr(NODE, running.node)
         report_windows(running.trial, running.figures, after=running.reported)
-        complete = len(running.figures.windows) >= self.plan.template.max_windows
+        windows = running.figures.windows
+        request = dataclasses.replace(self.template, settings=running.settings)
+        complete = len(windows) >= request.max_windows or ends_steady(
+            windows, steady_share(request)
+        )
         if failure is None and not complete and not running.pruned:
             message = (
                 "not finished: the search ended while it ran"

@@ -20,9 +20,11 @@ from autotune.probe._runner import (
     run_probe,
     start_probe_server,
 )
+from autotune.probe._steady import STEADY_FROM, ends_steady, steady_share
 
 __all__ = [
     "PLACEMENT",
+    "STEADY_FROM",
     "Failure",
     "Figures",
     "Measurement",
@@ -35,6 +37,7 @@ __all__ = [
     "SlotPool",
     "Window",
     "WorkloadSource",
+    "ends_steady",
     "on_device",
     "plan_placement",
     "preload_in_probes",
@@ -43,4 +46,5 @@ __all__ = [
     "run_probe",
     "shm_shortfall",
     "start_probe_server",
+    "steady_share",
 ]

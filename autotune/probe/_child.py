@@ -54,6 +54,7 @@ from autotune.probe._ddp import run_ranks
 from autotune.probe._failure import ReportedFailure, classify
 from autotune.probe._measure import Heartbeat, Send, SoloPace, beat_seconds, measure
 from autotune.probe._protocol import ProbeRequest
+from autotune.probe._steady import steady_share
 from autotune.probe._timing import synchronize
 from autotune.probe._train import (
     PieceError,
@@ -134,6 +135,7 @@ def _run(request: ProbeRequest, send: Send, stop: threading.Event) -> None:
         # Compute mode trains on held batches: no workers, no bursts.
         queued=0 if request.mode == "compute" else settings.batches_ahead,
         turn=1 if request.mode == "compute" else max(settings.num_workers, 1),
+        steady=steady_share(request),
     )
 
     def run(

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import torch
 
 from autotune.probe._protocol import Window
+from autotune.probe._steady import ends_steady
 from autotune.probe._timing import CopyTimer, Span, copy_timer, synchronize
 
 Send = Callable[[tuple[str, Any]], None]
@@ -146,7 +147,8 @@ class SoloPace:
     training at once. So the warm-up lasts ``warmup_seconds`` and trains through more
     than ``queued`` batches, and a window ends after ``window_seconds`` on a whole turn:
     a short span that holds one burst more or less than its share reads a loader of
-    many workers on few CPUs several times too fast or too slow.
+    many workers on few CPUs several times too fast or too slow. With ``steady``, the
+    windows end once they agree within that share (:func:`ends_steady`).
     """
 
     def __init__(
@@ -158,6 +160,7 @@ class SoloPace:
         stop: threading.Event,
         queued: int = 0,
         turn: int = 1,
+        steady: float | None = None,
     ) -> None:
         if turn < 1:
             raise ValueError(
@@ -169,6 +172,8 @@ class SoloPace:
         self.stop = stop
         self.queued = queued
         self.turn = turn
+        self.steady = steady
+        self.windows: list[Window] = []
 
     def ready(self, startup_s: float) -> None:
         self.send(("ready", {"startup_s": startup_s}))
@@ -189,8 +194,10 @@ class SoloPace:
         return elapsed >= self.window_seconds and tally.batches % self.turn == 0
 
     def close(self, index: int, tally: Tally, seconds: float) -> bool:
-        self.send(("window", tally.window(index, seconds)))
-        return True
+        window = tally.window(index, seconds)
+        self.send(("window", window))
+        self.windows.append(window)
+        return not ends_steady(self.windows, self.steady)
 
 
 @dataclasses.dataclass(frozen=True)

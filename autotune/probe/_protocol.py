@@ -98,6 +98,11 @@ class ProbeRequest:
     empty on CPU."""
     ddp: DdpSpec | None = None
     """The ranks and DDP settings of a "ddp" probe."""
+    steady: float | None = None
+    """A training probe whose windows so far (3 at least) all lie within this share of
+    each other ends there, as if it had run ``max_windows``
+    (:func:`~autotune.probe._steady.steady_share` says which loaders may); None: every
+    window runs."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
