@@ -21,9 +21,11 @@ from autotune.probe._runner import (
     start_probe_server,
 )
 from autotune.probe._steady import STEADY_FROM, ends_steady, steady_share
+from autotune.probe._turns import REWARM_SECONDS
 
 __all__ = [
     "PLACEMENT",
+    "REWARM_SECONDS",
     "STEADY_FROM",
     "Failure",
     "Figures",

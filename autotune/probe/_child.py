@@ -52,10 +52,10 @@ from autotune.probe._build import (
 )
 from autotune.probe._ddp import run_ranks
 from autotune.probe._failure import ReportedFailure, classify
-from autotune.probe._measure import Heartbeat, Send, SoloPace, beat_seconds, measure
+from autotune.probe._measure import Heartbeat, Send, SoloPace, Steps, beat_seconds, measure
 from autotune.probe._protocol import ProbeRequest
 from autotune.probe._steady import steady_share
-from autotune.probe._timing import synchronize
+from autotune.probe._timing import copy_timer, synchronize
 from autotune.probe._train import (
     PieceError,
     Trainer,
@@ -63,6 +63,7 @@ from autotune.probe._train import (
     describe_batch,
     to_device,
 )
+from autotune.probe._turns import Turn, measure_turns
 from autotune.settings import build_loader, fix_allocator, is_iterable_dataset
 from autotune.workload import Workload
 
@@ -117,6 +118,9 @@ def _run(request: ProbeRequest, send: Send, stop: threading.Event) -> None:
     fix_allocator()
     if request.mode == "ddp":
         run_ranks(request, send, stop)
+        return
+    if request.turns:
+        _run_turns(request, send, stop)
         return
     settings = request.settings
     seed(request.seed)
@@ -173,6 +177,102 @@ def _run(request: ProbeRequest, send: Send, stop: threading.Event) -> None:
         run(lambda: next(cycle), lambda batch: batch, trainer.step, 1)
         return
     run(stream.next, to_this_device, trainer.step, settings.echo)
+
+
+def _run_turns(request: ProbeRequest, send: Send, stop: threading.Event) -> None:
+    """Measure the request's configs in turns (:mod:`autotune.probe._turns`): one model,
+    optimizer and dataset for all, a loader each (for the compute mode, batches held in
+    memory for each batch size)."""
+    seed(request.seed)
+    apply_threads(None, request.cpus)
+    default_threads = torch.get_num_threads()
+    send(("info", placement()))
+    workload = materialize(request.source)
+    device = torch.device(request.device)
+    dataset = make_dataset(workload)
+    trainer = (
+        None
+        if request.mode == "data"
+        else Trainer(workload, make_model(workload, device), device, request.turns[0].amp)
+    )
+    beat = Heartbeat(send, beat_seconds(request.stall_timeout))
+    held: dict[int, list[Any]] = {}
+    turns = []
+    for index, settings in enumerate(request.turns):
+        one = dataclasses.replace(request, settings=settings, turns=())
+        if request.mode == "compute":
+            assert trainer is not None
+            turns.append(_compute_turn(index, one, workload, dataset, trainer, held, beat))
+            continue
+        stream = _stream(one, workload, dataset, send)
+        non_blocking = settings.pin_memory and device.type == "cuda"
+        steps = Steps(
+            next_batch=stream.next,
+            copy=_copier(device, non_blocking),
+            work=trainer.step if trainer is not None else lambda batch: None,
+            echo=settings.echo if trainer is not None else 1,
+            timer=copy_timer(device),
+            beat=beat,
+        )
+        turns.append(
+            Turn(
+                index=index,
+                settings=settings,
+                steps=steps,
+                queued=settings.batches_ahead,
+                turn=max(settings.num_workers, 1),
+                close=stream.close,
+            )
+        )
+    measure_turns(
+        turns,
+        passes=request.max_windows,
+        window_seconds=request.window_seconds,
+        warmup_seconds=request.warmup_seconds,
+        trainer=trainer,
+        default_threads=default_threads,
+        device=device,
+        send=send,
+        stop=stop,
+    )
+
+
+def _copier(device: torch.device, non_blocking: bool) -> Callable[[Any], Any]:
+    """A batch moved to ``device`` (without blocking, where it is pinned for CUDA)."""
+
+    def copy(batch: Any) -> Any:
+        return to_device(batch, device, non_blocking)
+
+    return copy
+
+
+def _compute_turn(
+    index: int,
+    request: ProbeRequest,
+    workload: Workload,
+    dataset: Any,
+    trainer: Trainer,
+    held: dict[int, list[Any]],
+    beat: Heartbeat,
+) -> Turn:
+    """A compute ceiling's turn: the model on batches held in memory, those of its batch
+    size shared with the other configs of that size (held once, in ``held``)."""
+    device = torch.device(request.device)
+    size = request.settings.batch_size
+    if size not in held:
+        stream = _stream(request, workload, dataset, lambda event: None)
+        held[size] = hold_batches(lambda: _moved(stream.next(), device))
+        stream.close()
+    cycle = iter(_forever(held[size]))
+    steps = Steps(
+        next_batch=lambda: next(cycle),
+        copy=lambda batch: batch,  # on the device already
+        work=trainer.step,
+        echo=1,
+        timer=copy_timer(device),
+        beat=beat,
+    )
+    return Turn(index=index, settings=request.settings, steps=steps, queued=0, turn=1)
 
 
 def _stream(request: ProbeRequest, workload: Workload, dataset: Any, send: Send) -> BatchStream:

@@ -304,21 +304,38 @@ def measure(
     for index in range(max_windows):
         if pace.stopped():
             return
-        tally = Tally(began=clock())
-        steps.timer.begin()
-        while True:
-            steps.measured(tally)
-            if pace.stopped():
-                return
-            if pace.window_full(tally, clock() - tally.began):
-                break
-        synchronize(device)
-        seconds = clock() - tally.began
-        timed = steps.timer.take(tally.waits)
-        tally.copy_seconds = timed.copy_seconds
-        tally.device_seconds = timed.device_seconds
-        if not pace.close(index, tally, seconds):
+        measured = one_window(steps, device, full=pace.window_full, stopped=pace.stopped)
+        if measured is None:
             return
+        if not pace.close(index, *measured):
+            return
+
+
+def one_window(
+    steps: Steps,
+    device: torch.device,
+    *,
+    full: Callable[[Tally, float], bool],
+    stopped: Callable[[], bool],
+) -> tuple[Tally, float] | None:
+    """Measure steps until ``full(tally, elapsed)`` says the window has them, the device
+    synchronised at its end (the caller synchronised it at its start); the tally and the
+    window's seconds, or None when ``stopped()`` abandoned it."""
+    clock = time.perf_counter
+    tally = Tally(began=clock())
+    steps.timer.begin()
+    while True:
+        steps.measured(tally)
+        if stopped():
+            return None
+        if full(tally, clock() - tally.began):
+            break
+    synchronize(device)
+    seconds = clock() - tally.began
+    timed = steps.timer.take(tally.waits)
+    tally.copy_seconds = timed.copy_seconds
+    tally.device_seconds = timed.device_seconds
+    return tally, seconds
 
 
 def _warm_up(pace: Pace, batch: Any, steps: Steps) -> bool:

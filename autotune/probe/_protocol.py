@@ -98,6 +98,12 @@ class ProbeRequest:
     empty on CPU."""
     ddp: DdpSpec | None = None
     """The ranks and DDP settings of a "ddp" probe."""
+    turns: tuple[Settings, ...] = ()
+    """Configs measured in turns in this one process (modes "train", "compute", "data"):
+    a window of each in turn, ``max_windows`` passes, every other pass in reverse order,
+    so that each window of one config lies beside windows of the others
+    (:mod:`autotune.probe._turns`); ``settings`` is the first of them. Empty:
+    ``settings`` alone."""
     steady: float | None = None
     """A training probe whose windows so far (3 at least) all lie within this share of
     each other ends there, as if it had run ``max_windows``
@@ -286,6 +292,10 @@ class ProbeResult:
     """The caller stopped it early (the pruner)."""
     info: dict[str, Any] = dataclasses.field(default_factory=dict)
     """What a check probe learned of the workload (dataset length, parameters...)."""
+    turns: tuple[ProbeResult, ...] = ()
+    """With :attr:`ProbeRequest.turns`: each config's own result, in their order (its
+    windows, its start-up, a failure of its own). ``failure`` is then one that ended the
+    whole process: every config without all its windows shares it."""
 
     @property
     def ok(self) -> bool:

@@ -368,6 +368,9 @@ class _RunningProbe:
         self.stopped = False
         self.finished = False
         self.last_heard = time.monotonic()
+        self.turn_windows: dict[int, list[Window]] = {}
+        self.turn_startup: dict[int, float] = {}
+        self.turn_failure: dict[int, Failure] = {}
 
     def follow(self) -> None:
         """Read the probe's events and watch it until it is done, has failed or is gone."""
@@ -400,6 +403,9 @@ class _RunningProbe:
             "alive": self._on_alive,
             "done": self._on_done,
             "error": self._on_error,
+            "turn": self._on_turn,
+            "turn_ready": self._on_turn_ready,
+            "turn_error": self._on_turn_error,
         }
         handler = handlers.get(kind)
         # An event of another kind is passed over: the probe is still running.
@@ -426,6 +432,31 @@ class _RunningProbe:
         if not self.on_window(window, self.figures()):
             self.stopped = True
             _send_stop(self.control)
+        return True
+
+    def _on_turn(self, payload: tuple[int, Window]) -> bool:
+        """A window of one of the configs measured in turns."""
+        index, window = payload
+        self.watch.sample()
+        self.turn_windows.setdefault(index, []).append(window)
+        self.windows.append(window)
+        now = time.monotonic()
+        self.span[:] = [self.span[0] if self.span else now - window.seconds, now]
+        return True
+
+    def _on_turn_ready(self, payload: tuple[int, float]) -> bool:
+        """One of the configs measured in turns has its first batch."""
+        index, seconds = payload
+        self.turn_startup[index] = float(seconds)
+        if self.startup is None:
+            self.startup = float(seconds)
+        self.watch.sample(force=True)
+        return True
+
+    def _on_turn_error(self, payload: tuple[int, Failure]) -> bool:
+        """One of the configs measured in turns failed; the others go on."""
+        index, failure = payload
+        self.turn_failure[index] = _worker_oom(failure, self.kills_before)
         return True
 
     def _on_info(self, payload: dict[str, Any]) -> bool:
@@ -492,10 +523,31 @@ class _RunningProbe:
         )
 
     def result(self) -> ProbeResult:
-        """The probe's result: its figures, its failure if any, and whether it was stopped."""
+        """The probe's result: its figures, its failure if any, whether it was stopped, and
+        with configs measured in turns, each one's result."""
+        figures = self.figures()
         return ProbeResult(
-            figures=self.figures(), failure=self.failure, stopped=self.stopped, info=self.info
+            figures=figures,
+            failure=self.failure,
+            stopped=self.stopped,
+            info=self.info,
+            turns=tuple(self._turn_result(i, figures) for i in range(len(self.request.turns))),
         )
+
+    def _turn_result(self, index: int, whole: Figures) -> ProbeResult:
+        """The result of the config at ``index`` of the turns: its own windows and start-up
+        (its memory is not told apart from the others'), its own failure, or the
+        process's where that ended it before all its windows."""
+        windows = tuple(self.turn_windows.get(index, ()))
+        failure = self.turn_failure.get(index)
+        if failure is None and len(windows) < self.request.max_windows:
+            failure = self.failure or Failure(
+                kind="error", message="the probe ended before this config's windows"
+            )
+        figures = Figures(
+            windows=windows, startup_s=self.turn_startup.get(index), wall_s=whole.wall_s
+        )
+        return ProbeResult(figures=figures, failure=failure, stopped=self.stopped, info=self.info)
 
 
 def _oom_killed_since(before: int | None) -> bool | None:

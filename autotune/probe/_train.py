@@ -180,10 +180,19 @@ class Trainer:
                     f"optimizer(params) returned {type(self.optimizer).__name__}; "
                     "expected a torch.optim.Optimizer"
                 )
+        self.scaler: torch.amp.GradScaler | None = None
+        self.use_amp(amp)
+
+    def use_amp(self, amp: AmpMode) -> None:
+        """Train the next steps under ``amp``: configs measured in turns in one process
+        share the model and its optimizer, each under its own precision."""
+        self.amp = amp
         # fp16 gradients underflow without loss scaling; bf16 has fp32's range.
-        self.scaler = (
-            torch.amp.GradScaler(device.type) if amp == "fp16" and device.type == "cuda" else None
-        )
+        wants_scaler = amp == "fp16" and self.device.type == "cuda"
+        if not wants_scaler:
+            self.scaler = None
+        elif self.scaler is None:
+            self.scaler = torch.amp.GradScaler(self.device.type)
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.amp == "off":
