@@ -11,16 +11,19 @@ import pytest
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.explore import Bounds, ExplorePlan, compute_key
+from autotune.explore import _in_turns as in_turns
 from autotune.explore import _repeats as repeats
 from autotune.explore import _ruled_out as ruled_out
 from autotune.explore import _rules as rules_module
 from autotune.explore._early_stop import (
     MAX_REPEATS,
+    PATIENCE,
     budget_left,
     ceiling_message,
     exhausted,
     near_the_ceiling,
     probed_count,
+    stalled,
 )
 from autotune.explore._embedded import EmbeddedBackend
 from autotune.explore._fatal import (
@@ -389,7 +392,7 @@ def test_embedded_exploration_probes_its_whole_budget_despite_repeats(monkeypatc
         probed.append(settings)
         return ran(settings.batch_size * 10)(settings)
 
-    monkeypatch.setattr(Objective, "_probe", probe)
+    monkeypatch.setattr(Objective, "probe", probe)
     EmbeddedBackend().explore(plan)
     explored = [TrialRecord.from_trial(t) for t in study.trials]
     assert [r.duplicate_of for r in explored[:3]] == [None, 0, 0]
@@ -401,11 +404,12 @@ def test_embedded_confirming_rounds_turn_their_order_every_other_round(monkeypat
     plan = explore_plan(optuna.create_study(direction="maximize"))
     probed: list[int] = []
 
-    def probe(self: Objective, trial: optuna.Trial, settings: Settings, **_: Any) -> ProbeResult:
-        probed.append(settings.batch_size)
-        return ran(settings.batch_size * 10)(settings)
+    def probe(request: ProbeRequest) -> ProbeResult:  # a round measured in turns
+        probed.extend(settings.batch_size for settings in request.turns)
+        parts = [ran(settings.batch_size * 10)(settings) for settings in request.turns]
+        return ProbeResult(figures=Figures(), turns=tuple(parts))
 
-    monkeypatch.setattr(Objective, "_probe", probe)
+    monkeypatch.setattr(in_turns, "run_probe", probe)
     configs = [config(8), config(16), config(32)]
     groups = EmbeddedBackend().measure(plan, configs, ["confirm", "confirm", "baseline"], 3)
     assert probed == [8, 16, 32, 32, 16, 8, 8, 16, 32]
@@ -627,6 +631,31 @@ def test_probed_trials_are_explored_ones_that_ran_their_probe() -> None:
     add_trial(study, config(8), value=1.0, role="confirm")
     add_trial(study, config(64), state=TrialState.FAIL, failure=OOM)
     assert probed_count(study.get_trials(deepcopy=False)) == 2
+
+
+def test_exploration_ends_once_patience_trials_after_the_warm_starts_beat_nothing() -> None:
+    study = optuna.create_study(direction="maximize")
+    for rate in (900.0, 1000.0):  # the warm starts: the best so far, 1,000
+        add_trial(study, config(8), value=rate)
+    # Within the tolerance of the best, slower, a pruned one's last window, a repeat and
+    # a config ruled out (neither counts): none beat 1,000 by more than 3%.
+    add_trial(study, config(16), value=1020.0)
+    add_trial(study, config(16), state=TrialState.PRUNED, steps={1: 700.0})
+    add_trial(study, config(8), value=1200.0, **{DUPLICATE_OF: 1})
+    add_trial(study, config(32), state=TrialState.PRUNED, **{BOUNDED: "not run"})
+    for _ in range(PATIENCE - 3):
+        add_trial(study, config(64), value=800.0)
+    assert stalled(study, tolerance=0.03, warm_starts=2) is None  # one short
+    add_trial(study, config(64), value=1029.0)
+    assert stalled(study, tolerance=0.03, warm_starts=2) == (
+        f"the last {PATIENCE} trials found no config faster than the best before them by "
+        "more than the tolerance (3%): exploration ends early"
+    )
+    # A trial beyond the tolerance of the best starts the count again.
+    add_trial(study, config(64), value=1100.0)
+    assert stalled(study, tolerance=0.03, warm_starts=2) is None
+    # Trials that are warm starts do not count.
+    assert stalled(study, tolerance=0.03, warm_starts=len(study.trials)) is None
 
 
 def test_the_ceiling_message_gives_the_best_and_the_ceiling() -> None:

@@ -12,7 +12,11 @@ Exploration ends early, because more trials would learn nothing, when:
 - the sampler proposed :data:`MAX_REPEATS` configs in a row that were already
   measured (or ruled out), so it has nothing new to propose;
 - the best config is within the finalist band of the highest compute ceiling
-  (once the warm starts have run), so no config can do much better.
+  (once the warm starts have run), so no config can do much better;
+- :data:`PATIENCE` trials in a row after the warm starts found no config faster than
+  the best before them by more than the tolerance (:func:`stalled`): the sampler's
+  model of the space has stopped paying, and the confirming rounds, not more single
+  windows, tell the finalists apart.
 
 Each rule answers with the line that says why exploration ends, or None.
 """
@@ -27,10 +31,14 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune._format import format_rate
 from autotune.explore._bounds import Bounds
 from autotune.explore._trials import best_record
-from autotune.study import BOUNDED, DUPLICATE_OF, ROLE
+from autotune.study import BOUNDED, DUPLICATE_OF, ROLE, TrialRecord
 
 MAX_REPEATS = 10
 """Proposals in a row of configs already measured, after which exploration stops."""
+PATIENCE = 8
+"""Probed trials in a row after the warm starts that beat no earlier config by more than
+the tolerance, after which exploration stops: more than the sampler's random start, so
+its model of the space has proposed some of them."""
 
 
 def budget_left(trials: int, probed: int, proposed: int) -> int:
@@ -98,3 +106,25 @@ def near_the_ceiling(
     if probed_count(finished) < warm_starts:
         return None
     return ceiling_message(best.value, bounds.highest, tolerance)
+
+
+def stalled(study: optuna.Study, tolerance: float, warm_starts: int) -> str | None:
+    """Why exploration ends because the last :data:`PATIENCE` probed trials of ``study``
+    after its first ``warm_starts`` each read no faster than every trial before them by
+    more than ``tolerance``; None while fewer have, or one of them did."""
+    finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+    probed = [t for t in finished if probed_count([t])]
+    best = 0.0
+    since = 0
+    for index, trial in enumerate(sorted(probed, key=lambda t: t.number)):
+        record = TrialRecord.from_trial(trial)
+        value = record.value or 0.0
+        if index >= warm_starts:
+            since = 0 if value > best * (1 + tolerance) else since + 1
+        best = max(best, value)
+    if since < PATIENCE:
+        return None
+    return (
+        f"the last {since} trials found no config faster than the best before them by more "
+        f"than the tolerance ({tolerance:.0%}): exploration ends early"
+    )

@@ -33,7 +33,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.explore._backend import ExplorePlan
-from autotune.explore._early_stop import budget_left, exhausted, near_the_ceiling
+from autotune.explore._early_stop import budget_left, exhausted, near_the_ceiling, stalled
 from autotune.explore._fatal import FailureWatch
 from autotune.explore._hangs import HangWatch
 from autotune.explore._outcome import Outcome, probe_outcome, record_failure, record_interrupted
@@ -252,8 +252,11 @@ class TrialRules:
         size = self.space.size()
         if known and len(measured) < size:
             self.proposer.queue(study, measured)
-        reason = exhausted(self.repeats, len(measured), size) or near_the_ceiling(
-            study, self.plan.bounds, self.plan.options.tolerance, len(self.plan.warm_starts)
+        tolerance, warm_starts = self.plan.options.tolerance, len(self.plan.warm_starts)
+        reason = (
+            exhausted(self.repeats, len(measured), size)
+            or near_the_ceiling(study, self.plan.bounds, tolerance, warm_starts)
+            or stalled(study, tolerance, warm_starts)
         )
         if reason is None:
             return False
