@@ -93,6 +93,20 @@ def test_the_remaining_time_comes_from_the_trials_so_far() -> None:
     assert tracker.count() == "2/4, ~0:11 left"
 
 
+def test_trials_that_end_together_each_count_their_share_of_the_time() -> None:
+    # Three trials measured in turns in one process of 9 s start and end together.
+    clock = FakeClock()
+    tracker = Tracker(clock)
+    tracker.phase("confirm")
+    tracker.plan(6, None, later=0)
+    for number in range(3):
+        tracker.trial_started(number, "confirm", SETTINGS)
+    clock.now += 9.0
+    for number in range(3):
+        tracker.trial_finished(record(number, 100.0), None)
+    assert tracker.remaining() == pytest.approx(3 * 3.0)
+
+
 def test_a_timeout_bounds_the_time_left() -> None:
     clock = FakeClock()
     tracker = Tracker(clock)

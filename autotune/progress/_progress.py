@@ -148,12 +148,15 @@ class Tracker:
     def trial_finished(self, record: TrialRecord, best: TrialRecord | None) -> None:
         now = self.clock()
         running = self.running.pop(record.number, None)
-        self.last_end = now
+        previous, self.last_end = self.last_end, now
         if best is not None:
             self.best = best
         if not record.probed:  # a repeat or a config ruled out: none of the budget spent
             return
-        took = now - running.started if running else record.duration_s
+        # From its start, or from the end of the trial before it where that came later:
+        # trials measured together (in turns in one process, or side by side) end
+        # together, and each counts its share of their time, not all of it.
+        took = now - max(running.started, previous) if running else record.duration_s
         if took is not None:
             self.durations.append(took)
             if record.state == "COMPLETE":
