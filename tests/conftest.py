@@ -60,10 +60,13 @@ finalist beside the default loader: the rounds and the finalists themselves are 
 with a stand-in backend, and by one real search of three finalists in two rounds)."""
 
 
-def defaults_measured(finalist_probes: int, rounds: int) -> int:
+def defaults_measured(finalist_probes: int, rounds: int, *, in_turns: bool = True) -> int:
     """How many times ``rounds`` confirming rounds that ran ``finalist_probes`` finalist
-    probes in all measure the default loader: first, last and after every two finalists
-    in each round."""
+    probes in all measure the default loader: once in each round measured in turns in
+    one process (the embedded backend's); first, last and after every two finalists in
+    each round of probes of their own (Ray's)."""
+    if in_turns:
+        return rounds
     per_round = finalist_probes // rounds
     return rounds * (1 + math.ceil(per_round / 2))
 

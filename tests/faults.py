@@ -347,9 +347,14 @@ def listing(directory: Path) -> list[str]:
 
 def running_trial(study: Path, at_least: int, *, owned: bool = False) -> int | None:
     """The number of a RUNNING trial numbered ``at_least`` or more in the study at
-    ``study``, if there is one; read as another process would. ``owned``: only a trial
-    whose search has written its owner on it (Optuna makes the trial RUNNING a moment
-    before: a search killed in between leaves a trial only its heartbeat can settle)."""
+    ``study``, started after the last one that finished, if there is one; read as another
+    process would. ``owned``: only a trial whose search has written its owner on it
+    (Optuna makes the trial RUNNING a moment before: a search killed in between leaves a
+    trial only its heartbeat can settle).
+
+    Started after the last one that finished: the first trials (the warm starts) are
+    measured together in one process and end together; a trial started after them is
+    measured alone, so a signal sent while it runs cuts that one trial short."""
     if not study.exists():
         return None
     uri = f"file:{study}?mode=ro"
@@ -357,6 +362,10 @@ def running_trial(study: Path, at_least: int, *, owned: bool = False) -> int | N
         " AND trial_id IN (SELECT trial_id FROM trial_user_attributes WHERE key = ?)"
         if owned
         else ""
+    )
+    owner += (
+        " AND datetime_start > (SELECT MAX(datetime_complete) FROM trials WHERE state IN"
+        " ('COMPLETE', 'PRUNED', 'FAIL'))"
     )
     arguments: tuple[object, ...] = (at_least, OWNER) if owned else (at_least,)
     with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=30)) as connection:

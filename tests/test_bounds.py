@@ -38,20 +38,28 @@ def figures_of(rate: float) -> Figures:
 
 
 class Readings(autotune.QuietProgress):
-    """Stands in for the compute probes: each call reads the next rate given for its
-    thread count, or for its :func:`compute_key` (0 for a failed probe), and the order of
-    the calls is kept."""
+    """Stands in for the compute probes: each pass is one probe of its combinations in
+    turns, and each combination reads the next rate given for its thread count, or for
+    its :func:`compute_key` (0 for a failed one); the order of the readings is kept, and
+    each pass's combinations."""
 
     def __init__(self, rates: dict[int, list[float]] | dict[str, list[float]]) -> None:
         self.rates: dict[object, list[float]] = {k: list(values) for k, values in rates.items()}
         self.probed: list[str] = []
+        self.passes: list[list[str]] = []
         self.messages: list[str] = []
 
     def probe(self, request: ProbeRequest) -> ProbeResult:
-        assert request.mode == "compute" and request.settings.num_workers == 0
-        key = compute_key(request.settings)
+        assert request.mode == "compute" and request.turns
+        assert request.settings == request.turns[0]
+        self.passes.append([compute_key(settings) for settings in request.turns])
+        return ProbeResult(figures=Figures(), turns=tuple(map(self._read, request.turns)))
+
+    def _read(self, settings: Settings) -> ProbeResult:
+        assert settings.num_workers == 0
+        key = compute_key(settings)
         self.probed.append(key)
-        rate = self.rates[key if key in self.rates else request.settings.threads or 0].pop(0)
+        rate = self.rates[key if key in self.rates else settings.threads or 0].pop(0)
         if rate == 0:
             return ProbeResult(
                 figures=Figures(), failure=Failure(kind="crash", message="it crashed")
@@ -105,15 +113,15 @@ def _measure(
     return bounds
 
 
-def test_each_ceiling_is_the_highest_of_readings_in_probes_of_their_own(monkeypatch) -> None:
+def test_each_ceiling_is_the_highest_of_readings_in_two_probe_processes(monkeypatch) -> None:
     # Two threads read low in the first probe, as one probe process in several does:
     # alone, that reading would rule out every two-thread config below the band of 2,200.
     readings = Readings({1: [2200.0, 2150.0], 2: [1900.0, 2700.0]})
     study = optuna.create_study()
     bounds = _measure(readings, study, monkeypatch)
     one, two = "batch=64 amp=off threads=1", "batch=64 amp=off threads=2"
-    # A pass over every combination, then another: the readings of one are apart in time.
-    assert READINGS == 2 and readings.probed == [one, two, one, two]
+    # A pass over every combination in one process, then another in a new one.
+    assert READINGS == 2 and readings.passes == [[one, two], [one, two]]
     assert bounds is not None and bounds.ceilings == {one: 2200.0, two: 2700.0}
     assert bounds.rules_out(Settings(batch_size=64, threads=2), best=2200.0, tolerance=0.03) is None
     assert not bounds.saturated(2200.0, tolerance=0.03)  # two threads may do better

@@ -17,17 +17,27 @@ from messages import Messages
 import autotune
 from autotune import ConfigError, SearchOptions
 from autotune.cli import main
-from autotune.decide import round_length
+from autotune.decide import RUNOFF, round_length
+from autotune.explore import BoundsLeft
 from autotune.pipeline._budget import ENOUGH_TRIALS, MIN_TRIALS, Deadline, plan
-from autotune.pipeline._costs import ProbeCost, SearchShape, stage_seconds, trial_windows
+from autotune.pipeline._costs import (
+    SETTLE_S,
+    ProbeCost,
+    SearchShape,
+    stage_seconds,
+    trial_windows,
+)
+from autotune.probe import REWARM_SECONDS
 from autotune.result import BudgetPlan, SearchResult
 from autotune.study import records
 
 # Made-up costs: a probe starts in 1 s, has no warm-up and windows of 1 s; with
 # max_windows 4 and ASHA halving from 1 window, a full probe is 5 s, a pruned trial
-# about 4 s (every trial to the second rung, half of them on), a short one 4 s.
+# about 4 s (every trial to the second rung, half of them on), a short one 4 s. The
+# bounds: 2 passes of a start and 1 s of held batches, 12 readings of two half windows.
+# Each confirming round's config in a probe of its own (as on Ray, or side by side).
 COST = ProbeCost(start_s=1.0, warmup_s=0.0, window_s=1.0)
-SHAPE = SearchShape(bound_probes=4, sweep_probes=2)
+SHAPE = SearchShape(bounds=BoundsLeft(readings=12, passes=2), sweep_probes=2, in_turns=False)
 GIVEN = SearchOptions(
     trials=10,
     rounds=3,
@@ -49,7 +59,7 @@ def planned(budget: float, shape: SearchShape = SHAPE, given: SearchOptions = GI
 def test_the_made_up_stages_cost_what_their_probes_add_up_to() -> None:
     assert trial_windows(GIVEN) == 3.0
     assert stage_seconds(SHAPE, GIVEN, COST) == {
-        "bounds": 4 * 4.0,
+        "bounds": 2 * (1.0 + 1.0) + 12 * (2 * 0.5),
         "workers": 2 * 4.0,
         "explore": 10 * 4.0,
         "confirm": round_length(4) * 3 * 5.0,  # 3 finalists and the fastest in full
@@ -58,6 +68,20 @@ def test_the_made_up_stages_cost_what_their_probes_add_up_to() -> None:
         "ceilings": 5 * 4.0,
     }
     assert SPENT + sum(stage_seconds(SHAPE, GIVEN, COST).values()) == 251.0
+
+
+def test_rounds_in_turns_cost_one_start_and_each_configs_turns() -> None:
+    cost = ProbeCost(start_s=1.0, warmup_s=0.5, window_s=0.5)
+    later = REWARM_SECONDS + SETTLE_S + 0.5  # a warm-up again, the workers before, a window
+    assert cost.turns(4, passes=4) == pytest.approx(1.0 + 4 * (0.5 + 0.5 + 3 * later))
+    options = dataclasses.replace(GIVEN, window_seconds=0.5, warmup_seconds=0.5)
+    stages = stage_seconds(dataclasses.replace(SHAPE, in_turns=True), options, cost)
+    # 3 finalists and the fastest in full beside the default, one process a round.
+    assert stages["confirm"] == pytest.approx(3 * cost.turns(4 + 1))
+    assert stages["runoff"] == pytest.approx(2 * cost.turns(RUNOFF + 1))
+    # Side by side (DDP ranks' slots), each config a probe of its own as before.
+    side_by_side = stage_seconds(dataclasses.replace(SHAPE, in_turns=True, slots=2), options, cost)
+    assert side_by_side["confirm"] == pytest.approx(round_length(4) * 3 * cost.seconds(4) / 2)
 
 
 @pytest.mark.parametrize(
@@ -127,7 +151,7 @@ def test_every_plan_that_fits_is_within_the_budget_and_keeps_one_round(budget: i
 def test_bounds_the_study_holds_already_cost_nothing_and_stay() -> None:
     from autotune.pipeline._budget import left_out as phrases
 
-    found = planned(100, shape=SearchShape())
+    found = planned(100, shape=SearchShape(in_turns=False))
     assert found.options.bounds
     assert "the bounds and the worker sweep" not in phrases(GIVEN, found.options)
 
@@ -155,7 +179,7 @@ def test_the_deadline_plans_again_before_each_stage_and_records_what_it_cut() ->
     assert exploring.timeout == pytest.approx(100 - SPENT - 35 - 5)
     # Exploring overran to 80 s: one round of 7 probes no longer fits, it runs anyway.
     clock.now = 80.0
-    confirming = deadline.confirming(exploring, round_length(4), said)
+    confirming = deadline.confirming(exploring, 4 + 1, said)
     assert confirming.rounds == 1
     assert said.lines[-1] == (
         "budget: 0:20 left, short of the least of the stages left, which run all the same"
@@ -178,8 +202,8 @@ def test_a_round_longer_than_planned_costs_the_later_stages_in_the_plans_order()
     options = deadline.first_plan(GIVEN, said)
     assert options == GIVEN  # 251 s planned
     clock.now = SPENT + 24 + 40  # bounds, sweep and exploration as planned
-    # 10 configs in a round, not the 4 planned: 16 probes a round.
-    confirming = deadline.confirming(options, round_length(10), said)
+    # 10 configs in a round beside the default, not the 4 planned: 16 probes a round.
+    confirming = deadline.confirming(options, 10 + 1, said)
     assert (confirming.rounds, confirming.runoff_rounds, confirming.ceilings) == (2, 0, False)
     assert said.lines[-1] == (
         "budget: 3:14 left; left out: the ceilings, the runoff, confirming rounds 3 -> 2"
@@ -195,7 +219,7 @@ def test_time_an_earlier_stage_left_unspent_brings_back_what_the_plan_cut() -> N
     options = deadline.first_plan(GIVEN, said)
     assert options.rounds == 1
     clock.now = SPENT + 10  # exploring stopped early, 30 s before its plan
-    confirming = deadline.confirming(options, round_length(4), said)
+    confirming = deadline.confirming(options, 4 + 1, said)
     assert (confirming.rounds, confirming.runoff_rounds, confirming.ceilings) == (2, 0, False)
     assert said.lines[-1] == "budget: 1:28 left; back in: confirming rounds 1 -> 2"
     assert deadline.plan is not None

@@ -11,7 +11,8 @@ import pytest
 from faults import one_error_line
 
 from autotune.cli import main
-from autotune.decide._confirm import most_in_runoff
+from autotune.decide import RUNOFF
+from autotune.pipeline._costs import ProbeCost
 from autotune.pipeline._dry_run import PROBE_START_S
 
 QUICK_SEARCH = """
@@ -161,9 +162,10 @@ def test_dry_run_prints_the_plan_and_measures_nothing(capsys, write_config, work
     assert main(["search", str(config), "--dry-run", "--trials", "5", "--runoff-rounds", "0"]) == 0
     without = capsys.readouterr().out
     assert "in 1 interleaved round\n" in without and "more for those" not in without
-    # 3 runoff rounds of at most 6 full probes each: QUICK_SEARCH's 0.05 s of warm-up
-    # and 3 windows of 0.1 s after the probe's start.
-    runoff = most_in_runoff() * 3 * (PROBE_START_S + 0.05 + 3 * 0.1)
+    # 3 runoff rounds, each one probe of RUNOFF finalists and the default in turns:
+    # QUICK_SEARCH's 0.05 s of warm-up and windows of 0.1 s, after the probe's start.
+    per_round = ProbeCost(start_s=PROBE_START_S, warmup_s=0.05, window_s=0.1).turns(RUNOFF + 1)
+    runoff = 3 * per_round
     default = main(["search", str(config), "--dry-run", "--trials", "5"])
     with_runoff = capsys.readouterr().out
     assert default == 0

@@ -60,12 +60,14 @@ Rate = Callable[[Settings, int], float | Odd | None]
 
 
 class SetFigures:
-    """A backend whose every measurement is a trial with the figures ``rate`` says."""
+    """A backend whose every measurement is a trial with the figures ``rate`` says; each
+    config of a round in a probe of its own, or with ``turns`` all in one in turns."""
 
     name = "stand-in"
 
-    def __init__(self, rate: Rate) -> None:
+    def __init__(self, rate: Rate, *, turns: bool = False) -> None:
         self.rate = rate
+        self.turns = turns
         self.rounds = 0
         self.orders: list[list[str]] = []
         self.study: optuna.Study | None = None
@@ -108,6 +110,9 @@ class SetFigures:
                 plan.study.tell(trial, state=odd.state)
         self.rounds += 1
         return group
+
+    def in_turns(self, plan: ExplorePlan) -> bool:
+        return self.turns
 
     def close(self) -> None:
         pass

@@ -142,17 +142,21 @@ def test_a_probe_runs_in_a_session_of_its_own() -> None:
 
 
 class CtrlCDuring(autotune.QuietProgress):
-    """Sends this process a real SIGINT while trial ``number`` is measuring."""
+    """Sends this process a real SIGINT while the first trial measured after one that
+    finished is measuring (the warm starts, measured together, end together)."""
 
-    def __init__(self, number: int) -> None:
-        self.number = number
+    def __init__(self) -> None:
+        self.number: int | None = None
         self.sent: float | None = None
         self.finished: set[int] = set()
 
     def window(self, number, window, value) -> None:
-        if number == self.number and self.sent is None:
-            self.sent = time.monotonic()
-            os.kill(os.getpid(), signal.SIGINT)
+        if self.finished and number not in self.finished and self.sent is None:
+            self.number, self.sent = number, time.monotonic()
+            self.signal()
+
+    def signal(self) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
 
     def trial_finished(self, record, best) -> None:
         self.finished.add(record.number)
@@ -160,29 +164,32 @@ class CtrlCDuring(autotune.QuietProgress):
 
 def interrupted_search(places: Places, progress: CtrlCDuring) -> tuple[dict[str, Any], list]:
     """Run LONG through the API with ``progress`` until its Ctrl-C stops it (promptly);
-    the search's keywords and the study's trials, the first kept and the second
-    interrupted."""
+    the search's keywords and the study's trials: those finished before kept, the one it
+    cut short interrupted, and the last."""
     keywords = api_keywords(LONG, ("--study", str(places.study)))
     with pytest.raises(KeyboardInterrupt):
         autotune.search(**keywords, progress=progress)
     assert progress.sent is not None
     assert time.monotonic() - progress.sent < 10
     trials = study_trials(places.study)
-    check_kept(trials, {0})
-    assert [t.state for t in trials][1:] == ["FAIL"]
-    assert trials[1].failure.kind == "interrupted"
+    before = {t.number for t in trials if t.number != progress.number}
+    assert before and max(before) < (progress.number or 0)
+    check_kept(trials, before)
+    assert trials[-1].number == progress.number
+    assert trials[-1].state == "FAIL" and trials[-1].failure.kind == "interrupted"
     return keywords, trials
 
 
 def test_ctrl_c_in_the_python_api(places) -> None:
-    progress = CtrlCDuring(number=1)
+    progress = CtrlCDuring()
     keywords, trials = interrupted_search(places, progress)
-    assert progress.finished == {0}
+    assert progress.finished == {t.number for t in trials[:-1]}
 
     result = autotune.search(**{**keywords, "trials": 1}, resume=True)
     after = study_trials(places.study)
-    assert [t.state for t in after[:2]] == [t.state for t in trials]
-    assert len([t for t in after if t.role == "explore" and t.state != "FAIL"]) == 2
+    assert [t.state for t in after[: len(trials)]] == [t.state for t in trials]
+    explored = [t for t in trials if t.role == "explore" and t.state != "FAIL"]
+    assert len([t for t in after if t.role == "explore" and t.state != "FAIL"]) == len(explored) + 1
     assert result.confirmed
     places.check_nothing_else_written()
 
@@ -192,11 +199,9 @@ class LostCtrlC(CtrlCDuring):
     finalizer (``__del__``) runs, and an exception raised there is printed as "Exception
     ignored" and lost. The search must stop all the same."""
 
-    def window(self, number, window, value) -> None:
-        if number == self.number and self.sent is None:
-            assert threading.current_thread() is threading.main_thread()
-            self.sent = time.monotonic()
-            _SignalledInFinalizer()  # collected at once: its __del__ takes the signal
+    def signal(self) -> None:
+        assert threading.current_thread() is threading.main_thread()
+        _SignalledInFinalizer()  # collected at once: its __del__ takes the signal
 
 
 class _SignalledInFinalizer:
@@ -209,9 +214,10 @@ class _SignalledInFinalizer:
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_ctrl_c_lost_in_a_finalizer_still_stops_the_search(places) -> None:
-    progress = LostCtrlC(number=1)
-    interrupted_search(places, progress)
-    assert progress.finished == {0, 1}  # the trial it cut short is shown, then no other
+    progress = LostCtrlC()
+    _keywords, trials = interrupted_search(places, progress)
+    # The trial it cut short is shown, then no other.
+    assert progress.finished == {t.number for t in trials}
 
 
 def test_sigkill_of_the_search(tmp_path, monkeypatch, capsys) -> None:

@@ -80,7 +80,9 @@ def test_a_ray_search_writes_the_study_the_embedded_one_would(
     # One round: the finalists (one, or up to twice that where figures overlap, and the
     # leader without workers where it trains at its ceiling), the default beside them.
     assert 1 <= confirming.count("confirm") <= 3
-    assert confirming.count("baseline") == defaults_measured(confirming.count("confirm"), 1)
+    assert confirming.count("baseline") == defaults_measured(
+        confirming.count("confirm"), 1, in_turns=False
+    )
     assert set(confirming) == {"baseline", "confirm"}
     assert {t.user_attrs["autotune.role"] for t in ran} == {
         "explore",

@@ -10,17 +10,19 @@ from autotune.decide._confirm import (
     confirm,
     explored_candidates,
     most_confirmed,
+    most_finalists,
     most_in_runoff,
-    round_probes,
+    round_configs,
 )
 from autotune.decide._ddp import after_ddp, planned_probes, run_ddp_stage
 from autotune.decide._diagnosis import Diagnosis, diagnose
 from autotune.decide._early import near_ceiling
 from autotune.decide._recheck import Recheck, earlier_answer, earlier_finalists, recheck
-from autotune.decide._rounds import round_length
+from autotune.decide._rounds import RUNOFF, round_length
 from autotune.decide._saved import result_of
 
 __all__ = [
+    "RUNOFF",
     "Ceilings",
     "Confirmed",
     "Diagnosis",
@@ -34,12 +36,13 @@ __all__ = [
     "explored_candidates",
     "measure_ceilings",
     "most_confirmed",
+    "most_finalists",
     "most_in_runoff",
     "near_ceiling",
     "planned_probes",
     "recheck",
     "result_of",
+    "round_configs",
     "round_length",
-    "round_probes",
     "run_ddp_stage",
 ]

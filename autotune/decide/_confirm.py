@@ -93,11 +93,16 @@ def confirm(
     options = plan.options
     user_batch = baseline.batch_size
     configs, notes = _finalist_settings(plan, explored, baseline, default_threads)
-    order = interleaved(configs, baseline)
+    order = round_order(runner, plan, configs, baseline)
+    beside = (
+        "each round in turns in one process"
+        if runner.in_turns(plan) and configs
+        else "the default beside every two"
+    )
     progress.phase(
         "confirm",
         f"measuring {len(configs)} finalist(s) and the default loader again, in "
-        f"{options.rounds} interleaved round(s), the default beside every two",
+        f"{options.rounds} interleaved round(s), {beside}",
     )
     for note in notes:  # under the phase whose finalists they count among
         progress.message(note)
@@ -193,7 +198,7 @@ def _sequential_rounds(
                 "again; the others can no longer beat the default loader beyond the noise "
                 "(each was slower in a round, within the tolerance in too many, or failed one)"
             )
-        more_order = interleaved([r.settings for r in left], baseline)
+        more_order = round_order(runner, plan, [r.settings for r in left], baseline)
         finalist_rounds, default = _one_round_more(
             runner, plan, more_order, number, finalist_rounds, default
         )
@@ -220,17 +225,25 @@ def _one_round_more(
     return finalists, extended(default, more_default)
 
 
-def round_probes(
+def round_configs(
     plan: ExplorePlan,
     explored: list[Candidate],
     baseline: Settings,
     default_threads: int | None = None,
 ) -> int:
-    """The probes of one confirming round :func:`confirm` would run from these explored
-    figures, finalists and default loader together: what a time budget weighs before the
-    rounds start."""
+    """The configs of one confirming round :func:`confirm` would measure from these
+    explored figures, the finalists and the default loader: what a time budget weighs
+    before the rounds start."""
     configs, _ = _finalist_settings(plan, explored, baseline, default_threads)
-    return len(interleaved(configs, baseline))
+    return len(configs) + 1
+
+
+def round_order(
+    runner: Backend, plan: ExplorePlan, configs: list[Settings], default: Settings
+) -> list[Settings]:
+    """The configs of one round of ``configs`` beside the default loader, in the order
+    ``runner`` measures them (:func:`~autotune.decide._rounds.interleaved`)."""
+    return interleaved(configs, default, in_turns=runner.in_turns(plan) and bool(configs))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -256,7 +269,7 @@ def _runoff(
     """Measure ``contenders`` and the default loader in ``runoff_rounds`` more interleaved
     rounds, turning on from the ``after`` rounds measured so far."""
     options = plan.options
-    order = interleaved([r.settings for r in contenders], default.settings)
+    order = round_order(runner, plan, [r.settings for r in contenders], default.settings)
     progress.phase(
         "runoff",
         f"{len(contenders)} finalists within the noise ({noise:.0%}) of each other: "
@@ -370,13 +383,19 @@ TWINS = 2
 """At most this many persistent twins are confirmed (each costs a probe a round)."""
 
 
+def most_finalists(limit: int) -> int:
+    """The most configs a confirming round measures beside the default loader for a
+    ``limit`` of finalists: up to ``OVERLAP_FACTOR`` x ``limit`` finalists where their
+    figures overlap, the fastest config measured in full, the leader's loader without
+    workers and the persistent twins."""
+    return OVERLAP_FACTOR * limit + 2 + TWINS
+
+
 def most_confirmed(limit: int) -> int:
-    """The most probes a confirming round runs for a ``limit`` of finalists: up to
-    ``OVERLAP_FACTOR`` x ``limit`` finalists where their figures overlap, the fastest
-    config measured in full, the leader's loader without workers, the persistent twins,
-    and the default loader beside them (:func:`autotune.decide._rounds.interleaved`)."""
-    configs = OVERLAP_FACTOR * limit + 2 + TWINS
-    return round_length(configs)
+    """The most probes a confirming round of probes of their own runs for a ``limit`` of
+    finalists: :func:`most_finalists` and the default loader beside them
+    (:func:`autotune.decide._rounds.interleaved`)."""
+    return round_length(most_finalists(limit))
 
 
 def most_in_runoff() -> int:

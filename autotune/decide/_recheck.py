@@ -22,8 +22,7 @@ from typing import Any
 
 import optuna
 
-from autotune.decide._confirm import measure_rounds
-from autotune.decide._rounds import interleaved
+from autotune.decide._confirm import measure_rounds, round_order
 from autotune.explore import Backend, ExplorePlan
 from autotune.probe import Measurement
 from autotune.progress import Progress
@@ -99,7 +98,7 @@ def recheck(
         contender = earlier.settings
     if contender is None or contender == baseline or not plan.space.contains(contender):
         return None
-    order = interleaved([contender], baseline)
+    order = round_order(runner, plan, [contender], baseline)
     progress.phase(
         "recheck",
         f"this study's earlier answer ({earlier.settings.describe()}): its "

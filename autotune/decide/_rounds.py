@@ -99,16 +99,22 @@ BESIDE = 2
 """A confirming round measures the default loader after every this many finalists."""
 
 
-def interleaved(configs: Sequence[Settings], default: Settings) -> list[Settings]:
+def interleaved(
+    configs: Sequence[Settings], default: Settings, *, in_turns: bool = False
+) -> list[Settings]:
     """The configs of a confirming round in order: the default loader first, last, and
-    after every :data:`BESIDE` configs (D A B D C E D); the default alone when there is
-    no config.
+    after every :data:`BESIDE` configs (D A B D C E D), each a probe of its own; the
+    default alone when there is no config. ``in_turns``: the round measures its configs
+    in turns in one process, where every window lies beside the others', so the
+    default comes once, first (D A B C E).
 
     Raises:
         ValueError: a config is the default (measured as one, it could beat itself).
     """
     if default in configs:
         raise ValueError(f"{default.describe()} is the default loader, measured every round")
+    if in_turns:
+        return [default, *configs]
     order = [default]
     for start in range(0, len(configs), BESIDE):
         order += [*configs[start : start + BESIDE], default]
@@ -130,8 +136,9 @@ def gather(
 
     A finalist is measured beside the geometric mean of the default's measurements
     nearest before and after it in the round (the one that measured, where the other
-    failed). The default's figure of a round is its median measurement there (the lower
-    middle), None where every one of them failed.
+    failed; the one before where the round lists the default once, first, as a round
+    measured in turns does). The default's figure of a round is its median measurement
+    there (the lower middle), None where every one of them failed.
     """
     count = len(found[0])
     at_default = [p for p, settings in enumerate(order) if settings == order[0]]
@@ -140,7 +147,7 @@ def gather(
         if position in at_default:
             continue
         before = max(p for p in at_default if p < position)
-        after = min(p for p in at_default if p > position)
+        after = min((p for p in at_default if p > position), default=before)
         beside = tuple(_geometric_mean([found[before][r], found[after][r]]) for r in range(count))
         finalists.append(
             Rounds(settings=settings, measurements=tuple(found[position]), beside=beside)

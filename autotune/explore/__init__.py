@@ -7,12 +7,17 @@ from autotune.explore._backend import Backend, ExplorePlan
 from autotune.explore._bounds import (
     MAX_COMBINATIONS,
     READINGS,
+    TURN_WARMUP_SHARE,
+    TURN_WINDOW_SHARE,
+    TURN_WINDOWS,
     Bounds,
+    BoundsLeft,
     compute_key,
     measure_bounds,
     readings_left,
 )
 from autotune.explore._hangs import WorkerHang, worker_hang
+from autotune.explore._in_turns import PASSES
 from autotune.explore._worker_range import WorkerRange, measure_worker_range, sweep_left, sweepable
 
 
@@ -38,9 +43,14 @@ def get_backend(name: str) -> Backend:
 
 __all__ = [
     "MAX_COMBINATIONS",
+    "PASSES",
     "READINGS",
+    "TURN_WARMUP_SHARE",
+    "TURN_WINDOWS",
+    "TURN_WINDOW_SHARE",
     "Backend",
     "Bounds",
+    "BoundsLeft",
     "ExplorePlan",
     "WorkerHang",
     "WorkerRange",

@@ -80,6 +80,11 @@ class Backend(Protocol):
                 continue, so that a caller measuring round by round keeps the turning order.
         """
 
+    def in_turns(self, plan: ExplorePlan) -> bool:
+        """Whether :meth:`measure` measures the configs of a round in turns in one probe
+        process (:mod:`autotune.explore._in_turns`), rather than each in a probe of its
+        own: a round then lists the default loader once, first."""
+
     def close(self) -> None:
         """Release what the backend holds (a Ray session); called once, at the end."""
 

@@ -15,10 +15,13 @@ Both act on a ceiling unrun configs never get a chance to contradict, so one low
 reading could hide the best combination. Each combination is read in
 :data:`READINGS` probe processes, one pass over every combination after another,
 and its ceiling is the highest reading: noise only ever slows a reading down. A
-combination read far below the highest (:data:`OUT_OF_REACH`) is read once, unless it
-is that far below a neighbour too (a combination that differs from it in one knob):
-one knob rarely costs that much, and one probe process read a combination at a
-quarter of its neighbours'.
+pass is one probe process that measures its combinations in turns
+(:mod:`autotune.probe._turns`): the model is built and the batches are held once, and
+each combination's windows lie beside the others', so a pass costs about what two
+probes of their own did. A combination read far below the highest
+(:data:`OUT_OF_REACH`) is read once, unless it is that far below a neighbour too (a
+combination that differs from it in one knob): one knob rarely costs that much, and
+one probe process read a combination at a quarter of its neighbours'.
 
 The ceilings are kept in the study, so a resumed search does not measure them again.
 """
@@ -32,7 +35,7 @@ from typing import Any
 import optuna
 
 from autotune._format import format_rate
-from autotune.probe import Figures, ProbeRequest, reference_windows, run_probe
+from autotune.probe import Figures, ProbeRequest, ProbeResult, run_probe
 from autotune.progress import Progress
 from autotune.settings import Settings
 from autotune.space import Space
@@ -54,6 +57,29 @@ MAX_COMBINATIONS = 16
 """Above this many (batch size, AMP, threads) combinations, no bounds are measured."""
 NOISE_MARGIN = 0.05
 """A ceiling measured in a few short windows may read this much low."""
+TURN_WINDOWS = 2
+"""Windows of each combination in one pass."""
+TURN_WINDOW_SHARE = 0.5
+"""A pass's windows last this share of a trial's ``window_seconds``: the model on
+batches held in memory steps evenly, with no loader's bursts to average over."""
+TURN_WARMUP_SHARE = 0.2
+"""A combination's first turn warms up this share of a trial's ``warmup_seconds``: no
+workers start, only the model's first steps at a batch size and precision."""
+
+
+def bounds_request(template: ProbeRequest, todo: list[Settings]) -> ProbeRequest:
+    """The probe of one pass: ``todo``'s combinations in turns, the model on batches in
+    memory."""
+    return dataclasses.replace(
+        template,
+        mode="compute",
+        settings=todo[0],
+        turns=tuple(todo),
+        max_windows=TURN_WINDOWS,
+        window_seconds=template.window_seconds * TURN_WINDOW_SHARE,
+        warmup_seconds=template.warmup_seconds * TURN_WARMUP_SHARE,
+        steady=None,
+    )
 
 
 def compute_key(settings: Settings) -> str:
@@ -115,15 +141,27 @@ class Bounds:
         return best >= (1 - 2 * tolerance) * self.highest
 
 
-def readings_left(space: Space, study: optuna.Study | None = None) -> int:
-    """The probes :func:`measure_bounds` would run for ``space`` into ``study`` (None:
-    a new one): none for the readings the study holds, none at all above
+@dataclasses.dataclass(frozen=True)
+class BoundsLeft:
+    """What :func:`measure_bounds` has still to measure: the readings (a combination's
+    windows in one pass) and the passes (probe processes) they take."""
+
+    readings: int = 0
+    passes: int = 0
+
+
+def readings_left(space: Space, study: optuna.Study | None = None) -> BoundsLeft:
+    """What :func:`measure_bounds` would measure for ``space`` into ``study`` (None: a new
+    one): nothing for the readings the study holds, nothing at all above
     :data:`MAX_COMBINATIONS`."""
     configs = compute_configs(space)
     if len(configs) > MAX_COMBINATIONS:
-        return 0
+        return BoundsLeft()
     readings = _stored_readings(study, _stored_figures(study)) if study is not None else {}
-    return len(_readings_to_take(configs, readings))
+    passes = [_pass(configs, readings, done) for done in range(READINGS)]
+    return BoundsLeft(
+        readings=sum(len(todo) for todo in passes), passes=sum(1 for todo in passes if todo)
+    )
 
 
 def _stored_figures(study: optuna.Study) -> dict[str, Figures]:
@@ -177,16 +215,12 @@ def _neighbours(configs: list[Settings]) -> dict[str, list[str]]:
     }
 
 
-def _readings_to_take(
-    configs: list[Settings], readings: Mapping[str, list[float]]
+def _pass(
+    configs: list[Settings], readings: Mapping[str, list[float]], done: int
 ) -> list[Settings]:
-    """The readings still to take, one pass over the combinations after another."""
-    return [
-        settings
-        for done in range(READINGS)
-        for settings in configs
-        if len(readings.get(compute_key(settings), ())) <= done
-    ]
+    """The combinations pass ``done`` (from 0) reads: those read no more than ``done``
+    times so far."""
+    return [c for c in configs if len(readings.get(compute_key(c), ())) <= done]
 
 
 def measure_bounds(
@@ -196,8 +230,8 @@ def measure_bounds(
     progress: Progress,
 ) -> tuple[Bounds | None, dict[str, Figures]]:
     """Measure (or read from the study) the compute ceiling of every combination:
-    :data:`READINGS` passes over them, each reading in a probe of its own; a
-    combination's ceiling is its highest reading.
+    :data:`READINGS` passes over them, each pass one probe process that reads its
+    combinations in turns; a combination's ceiling is its highest reading.
 
     Returns the bounds (None when the space has too many combinations) and the
     figures of each combination's highest reading by key, for the ceilings stage to
@@ -213,52 +247,64 @@ def measure_bounds(
     figures = _stored_figures(study)
     readings = _stored_readings(study, figures)
     neighbours = _neighbours(configs)
-    todo = [
-        settings
-        for settings in _readings_to_take(configs, readings)
-        if not _out_of_reach(compute_key(settings), readings, neighbours)
-    ]
-    if todo:
-        combinations = len({compute_key(settings) for settings in todo})
-        progress.phase(
-            "bounds",
-            f"the model alone on batches in memory, for {combinations} combination(s) of "
-            f"batch size, AMP and threads, {READINGS} probes each",
-        )
-        progress.plan("bounds", len(todo), None)
-        short = dataclasses.replace(
-            template, mode="compute", max_windows=reference_windows(template.max_windows)
-        )
-        skipped: list[str] = []
-        for settings in todo:
+    announced = False
+    skipped: set[str] = set()
+    for done in range(READINGS):
+        todo = []
+        for settings in _pass(configs, readings, done):
             key = compute_key(settings)
             if _out_of_reach(key, readings, neighbours):
-                skipped.append(key)
-                continue
-            result = run_probe(dataclasses.replace(short, settings=settings))
-            if result.failure is not None:
-                progress.message(f"compute ceiling, {key}: not measured ({result.failure.message})")
-                continue
-            taken = readings.setdefault(key, [])
-            taken.append(result.figures.samples_per_s)
-            best = figures.get(key)
-            if best is None or result.figures.samples_per_s > best.samples_per_s:
-                figures[key] = result.figures
-            shown = format_rate(figures[key].samples_per_s)
-            also = (
-                f" (the highest of {', '.join(format_rate(rate) for rate in taken)})"
-                if len(taken) > 1
-                else ""
+                skipped.add(key)
+            else:
+                todo.append(settings)
+        if not todo:
+            continue
+        if not announced:
+            announced = True
+            progress.phase(
+                "bounds",
+                f"the model alone on batches in memory, for {len(todo)} combination(s) of "
+                f"batch size, AMP and threads, in turns in one process, {READINGS - done} "
+                "pass(es)",
             )
-            progress.message(f"compute ceiling, {key}: {shown} samples/s{also}")
-            # Kept after every reading: an interrupted search resumes with what it read.
-            study.set_user_attr(COMPUTE_CEILINGS, {k: f.to_dict() for k, f in figures.items()})
-            study.set_user_attr(COMPUTE_READINGS, readings)
-        if skipped:
-            progress.message(
-                f"{len(skipped)} combination(s) read below {OUT_OF_REACH:.0%} of the highest "
-                "ceiling, and not that far below any combination one knob away: not read again"
-            )
+            progress.plan("bounds", READINGS - done, None)
+        result = run_probe(bounds_request(template, todo))
+        for settings, part in zip(todo, result.turns, strict=True):
+            _take_reading(compute_key(settings), part, readings, figures, progress)
+        # Kept after every pass: an interrupted search resumes with what it read.
+        study.set_user_attr(COMPUTE_CEILINGS, {k: f.to_dict() for k, f in figures.items()})
+        study.set_user_attr(COMPUTE_READINGS, readings)
+    if skipped:
+        progress.message(
+            f"{len(skipped)} combination(s) read below {OUT_OF_REACH:.0%} of the highest "
+            "ceiling, and not that far below any combination one knob away: not read again"
+        )
     models = {compute_key(c): c for c in configs}
     rates = {k: f.samples_per_s for k, f in figures.items() if k in models and f.samples_per_s > 0}
     return (Bounds(rates, models) if rates else None), figures
+
+
+def _take_reading(
+    key: str,
+    part: ProbeResult,
+    readings: dict[str, list[float]],
+    figures: dict[str, Figures],
+    progress: Progress,
+) -> None:
+    """Add one combination's reading of a pass to ``readings`` and, where it is its
+    highest, its figures to ``figures``; say what it read."""
+    if part.failure is not None:
+        progress.message(f"compute ceiling, {key}: not measured ({part.failure.message})")
+        return
+    taken = readings.setdefault(key, [])
+    taken.append(part.figures.samples_per_s)
+    best = figures.get(key)
+    if best is None or part.figures.samples_per_s > best.samples_per_s:
+        figures[key] = part.figures
+    shown = format_rate(figures[key].samples_per_s)
+    also = (
+        f" (the highest of {', '.join(format_rate(rate) for rate in taken)})"
+        if len(taken) > 1
+        else ""
+    )
+    progress.message(f"compute ceiling, {key}: {shown} samples/s{also}")

@@ -21,6 +21,7 @@ import optuna
 from optuna.exceptions import ExperimentalWarning
 
 from autotune.explore._backend import ExplorePlan
+from autotune.explore._in_turns import explore_warm_starts, in_turns, measure_round
 from autotune.explore._objective import Objective, run_fixed
 from autotune.explore._outcome import TrialFailed
 from autotune.explore._rungs import StudyRungs
@@ -66,6 +67,9 @@ class EmbeddedBackend:
         objective = self._prepare(plan, exploring=True)
         enqueue_warm_starts(plan)
         deadline = None if plan.options.timeout is None else time.monotonic() + plan.options.timeout
+        if not plan.slots:
+            with quiet_optuna(), _interrupts(objective):
+                explore_warm_starts(plan, objective, deadline)
         with quiet_optuna(), _interrupts(objective):
             while not objective.stopped:
                 left = objective.rules.budget_left(plan.options.trials)
@@ -99,6 +103,11 @@ class EmbeddedBackend:
             for number in range(first, first + rounds)
         ]
 
+    def in_turns(self, plan: ExplorePlan) -> bool:
+        """Whether :meth:`measure` measures a round's configs in turns in one probe
+        process: where trials run one at a time (:func:`in_turns`)."""
+        return not plan.slots
+
     def close(self) -> None:
         """Nothing to release: everything ran in this process."""
 
@@ -115,7 +124,9 @@ def _measure_round(
     group, attrs = group_attrs(settings, roles, number)
     jobs = max(1, min(len(plan.slots), len(settings)))
     with quiet_optuna(), _interrupts(objective):
-        if jobs == 1:
+        if in_turns(plan, settings):
+            measure_round(plan, objective, attrs)
+        elif jobs == 1:
             for trial_attrs in attrs:
                 run_fixed(plan.study, objective, trial_attrs)
         else:

@@ -52,7 +52,7 @@ class Objective:
             self.plan.progress.trial_started(trial.number, role, settings)
             outcome = self.rules.settled(trial, settings, role)
             if outcome is None:
-                result = self._probe(trial, settings, prunable=role == "explore")
+                result = self.probe(trial, settings, prunable=role == "explore")
                 outcome = self.rules.conclude(trial, settings, result)
         except KeyboardInterrupt:
             # Wherever in the trial Ctrl-C lands, the trial says why it failed.
@@ -60,7 +60,9 @@ class Objective:
             raise
         return outcome.unwrap()
 
-    def _probe(self, trial: optuna.Trial, settings: Settings, *, prunable: bool) -> ProbeResult:
+    def probe(self, trial: optuna.Trial, settings: Settings, *, prunable: bool) -> ProbeResult:
+        """Probe ``settings`` for ``trial`` in a process of its own (in a slot, where there
+        are slots), its windows reported to the pruner, which stops it when ``prunable``."""
         request = dataclasses.replace(self.template, settings=settings, mode="train")
 
         def on_window(window: Window, so_far: Figures) -> bool:
@@ -101,8 +103,10 @@ class Objective:
         with self.pool.acquire() as slot:
             yield slot
 
-    def after(self, study: optuna.Study, frozen: FrozenTrial) -> None:
-        """Optuna callback: show the trial, and stop on a failure every config shares.
+    def after(self, study: optuna.Study, frozen: FrozenTrial, *, in_loop: bool = True) -> None:
+        """Optuna callback: show the trial, and stop on a failure every config shares
+        (``in_loop`` false: a trial run outside ``Study.optimize``, which only
+        :attr:`stopped` tells to stop).
 
         Raises:
             KeyboardInterrupt: Ctrl-C was pressed during the trial. Its own
@@ -114,7 +118,8 @@ class Objective:
             raise KeyboardInterrupt
         if stop:
             self.stopped = True
-            study.stop()
+            if in_loop:
+                study.stop()
 
 
 def run_fixed(study: optuna.Study, objective: Objective, attrs: dict[str, Any]) -> None:
@@ -135,4 +140,4 @@ def run_fixed(study: optuna.Study, objective: Objective, attrs: dict[str, Any]) 
             raise
         else:
             study.tell(trial, value)
-    objective.after(study, frozen_trial(study, trial))
+    objective.after(study, frozen_trial(study, trial), in_loop=False)

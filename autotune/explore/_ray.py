@@ -245,6 +245,10 @@ class RayBackend:
         self._run(plan, session, resources, exploring=False, count=len(attrs), fixed=attrs)
         return groups
 
+    def in_turns(self, plan: ExplorePlan) -> bool:
+        """Never: Ray runs each trial in a worker of its own, side by side where they fit."""
+        return False
+
     def close(self) -> None:
         if self._session is not None:
             self._session.close()

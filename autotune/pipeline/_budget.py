@@ -256,12 +256,12 @@ class Deadline:
         return dataclasses.replace(planned, timeout=timeout)
 
     def confirming(
-        self, options: SearchOptions, round_probes: int, progress: Progress
+        self, options: SearchOptions, round_configs: int, progress: Progress
     ) -> SearchOptions:
         """The options the confirming rounds and the runoff run with, now that a round's
-        ``round_probes`` are known."""
+        ``round_configs`` (the default loader's included) are known."""
         done = {"bounds", "workers", "explore"}
-        return self._replan(options, done, progress, round_probes=round_probes)
+        return self._replan(options, done, progress, round_configs=round_configs)
 
     def ddp(self, options: SearchOptions, progress: Progress) -> SearchOptions:
         """The options the DDP stage runs with."""
@@ -293,11 +293,11 @@ class Deadline:
                 self.cost, start_s=max(0.0, statistics.median(overheads))
             )
 
-    def _shape(self, done: set[str], round_probes: int | None = None) -> SearchShape:
+    def _shape(self, done: set[str], round_configs: int | None = None) -> SearchShape:
         return dataclasses.replace(
             self.shape,
             done=frozenset(done),
-            round_probes=round_probes if round_probes is not None else self.shape.round_probes,
+            round_configs=round_configs if round_configs is not None else self.shape.round_configs,
         )
 
     def _replan(
@@ -306,7 +306,7 @@ class Deadline:
         done: set[str],
         progress: Progress,
         *,
-        round_probes: int | None = None,
+        round_configs: int | None = None,
     ) -> SearchOptions:
         """The options of the stages not ``done`` planned again from the user's into the
         time left, in the plan's order; what changed recorded and said in one line."""
@@ -319,7 +319,7 @@ class Deadline:
             dataclasses.replace(options, **{name: getattr(self.given, name) for name in ahead}),
             budget_s=self.budget_s,
             spent_s=spent,
-            shape=self._shape(done, round_probes),
+            shape=self._shape(done, round_configs),
             cost=self.cost,
         )
         left = f"budget: {format_duration(max(0.0, self.budget_s - spent))} left"
@@ -360,9 +360,10 @@ def start_budget(
     ``options.budget``, after the preflight: a probe costs ``probe_start_s`` before its
     first batch (the preflight's own time) and windows of at least the step it timed."""
     shape = SearchShape(
-        bound_probes=readings_left(space, study),
+        bounds=readings_left(space, study),
         sweep_probes=sweep_left(space, user_space, study),
         slots=slots,
+        in_turns=options.backend == "optuna",
         ddp_info=info if ranks > 1 else None,
         batches=len(space.batch_size.values()) > 1,
     )

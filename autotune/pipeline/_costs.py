@@ -8,13 +8,24 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from autotune.decide import most_confirmed, most_in_runoff, planned_probes, round_length
-from autotune.probe import reference_windows
+from autotune.decide import RUNOFF, most_finalists, most_in_runoff, planned_probes, round_length
+from autotune.explore import (
+    PASSES,
+    TURN_WARMUP_SHARE,
+    TURN_WINDOW_SHARE,
+    TURN_WINDOWS,
+    BoundsLeft,
+)
+from autotune.probe import REWARM_SECONDS, reference_windows
 from autotune.workload import SearchOptions
 
 PROBE_START_S = 1.0
 """About what a probe costs before its first batch, when no preflight has measured it:
 its process, the workload built, the first batches."""
+HOLD_S = 1.0
+"""About what a pass of the bounds takes to load the batches it holds in memory."""
+SETTLE_S = 0.05
+"""About what a turn waits for the workers of the config before it to go idle."""
 CEILING_PROBES = 5
 """Compute and data ceilings of the winner and the default, and the loader limit."""
 STAGES = ("bounds", "workers", "explore", "confirm", "runoff", "ddp", "ceilings")
@@ -28,6 +39,8 @@ class ProbeCost:
     start_s: float
     warmup_s: float
     window_s: float
+    step_s: float = 0.0
+    """One training step: the least a warm-up or a window lasts."""
 
     @classmethod
     def of(
@@ -40,11 +53,29 @@ class ProbeCost:
             start_s=start_s,
             warmup_s=max(options.warmup_seconds, step_s),
             window_s=max(options.window_seconds, step_s),
+            step_s=step_s,
         )
 
     def seconds(self, windows: float) -> float:
         """A probe of ``windows`` windows, start and warm-up included."""
         return self.start_s + self.warmup_s + windows * self.window_s
+
+    def turns(self, configs: int, passes: int = PASSES) -> float:
+        """A probe that measures ``configs`` configs in turns for ``passes`` passes: one
+        start, each config's warm-up and window in the first pass, a shorter warm-up
+        again (and the wait for the workers before it) and a window in each later one."""
+        later = max(REWARM_SECONDS, self.step_s) + SETTLE_S + self.window_s
+        return self.start_s + configs * (self.warmup_s + self.window_s + (passes - 1) * later)
+
+    def bounds(self, left: BoundsLeft, options: SearchOptions) -> float:
+        """The bounds' passes still to measure: each pass a start and its held batches,
+        each reading a short warm-up and :data:`~autotune.explore.TURN_WINDOWS` short
+        windows."""
+        window = max(options.window_seconds * TURN_WINDOW_SHARE, self.step_s)
+        warmup = max(options.warmup_seconds * TURN_WARMUP_SHARE, self.step_s)
+        return left.passes * (self.start_s + HOLD_S) + left.readings * (
+            warmup + TURN_WINDOWS * window
+        )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -53,16 +84,19 @@ class SearchShape:
     the worker sweep still need (with bounds on), the slots that run trials side by side,
     and with several ranks the preflight's figures the DDP stage's size reads."""
 
-    bound_probes: int = 0
+    bounds: BoundsLeft = dataclasses.field(default_factory=BoundsLeft)
     sweep_probes: int = 0
     slots: int = 1
+    in_turns: bool = True
+    """Confirming rounds measure their configs in turns in one process each (trials run
+    one at a time, on the embedded backend)."""
     ddp_info: Mapping[str, Any] | None = None
     """The preflight's figures with several ranks; None: one rank, no DDP stage."""
     batches: bool = False
     """The space samples the batch size: the DDP stage also runs a larger batch."""
-    round_probes: int | None = None
-    """A confirming round's probes once the finalists are known; None: estimated from
-    the ``finalists`` option."""
+    round_configs: int | None = None
+    """A confirming round's configs, the default loader's included, once the finalists
+    are known; None: estimated from the ``finalists`` option."""
     done: frozenset[str] = frozenset()
     """Stages that have run: they cost nothing more."""
 
@@ -100,23 +134,29 @@ def stage_seconds(
     explore = options.trials * cost.seconds(windows) / slots
     if options.timeout is not None:
         explore = min(explore, options.timeout + full)
-    if shape.round_probes is not None:
-        per_round = shape.round_probes
+    if shape.round_configs is not None:
+        configs = shape.round_configs - 1
     elif at_most:
-        per_round = most_confirmed(options.finalists)
+        configs = most_finalists(options.finalists)
     else:  # the finalists and the fastest config measured in full, beside the default
-        per_round = round_length(options.finalists + 1)
+        configs = options.finalists + 1
+    if shape.in_turns and slots == 1:
+        confirm = cost.turns(configs + 1) * options.rounds
+        runoff = cost.turns(RUNOFF + 1) * options.runoff_rounds
+    else:
+        confirm = round_length(configs) * options.rounds * full / slots
+        runoff = most_in_runoff() * options.runoff_rounds * full / slots
     ddp = 0
     if shape.ddp_info is not None:
         ddp = planned_probes(
             dict(shape.ddp_info), options, options.finalists, batches=shape.batches
         )
     seconds = {
-        "bounds": shape.bound_probes * short if options.bounds else 0.0,
+        "bounds": cost.bounds(shape.bounds, options) if options.bounds else 0.0,
         "workers": shape.sweep_probes * short if options.bounds else 0.0,
         "explore": explore,
-        "confirm": per_round * options.rounds * full / slots,
-        "runoff": most_in_runoff() * options.runoff_rounds * full / slots,
+        "confirm": confirm,
+        "runoff": runoff,
         "ddp": ddp * full,
         "ceilings": CEILING_PROBES * short if options.ceilings else 0.0,
     }

@@ -71,19 +71,20 @@ def _plan_lines(
     return lines
 
 
-def _shape(setup: Setup, user_space: Mapping[str, Any]) -> SearchShape:
+def _shape(setup: Setup, user_space: Mapping[str, Any], options: SearchOptions) -> SearchShape:
     """The stages' sizes of a new study, the DDP stage's unknown before the preflight."""
     return SearchShape(
-        bound_probes=readings_left(setup.space),
+        bounds=readings_left(setup.space),
         sweep_probes=sweep_left(setup.space, user_space),
         slots=len(setup.placement.slots()),
+        in_turns=options.backend == "optuna",
     )
 
 
 def _estimate(options: SearchOptions, setup: Setup, user_space: Mapping[str, Any]) -> str:
     """The most the search should take: every trial run in full, and the widest
     confirming rounds."""
-    shape = _shape(setup, user_space)
+    shape = _shape(setup, user_space, options)
     stages = stage_seconds(shape, options, ProbeCost.of(options), at_most=True)
     bounds = stages["bounds"] + stages["workers"]
     confirm = stages["confirm"] + stages["runoff"]
@@ -104,7 +105,7 @@ def _budget_line(
         options,
         budget_s=budget_s,
         spent_s=PROBE_START_S,
-        shape=_shape(setup, user_space),
+        shape=_shape(setup, user_space, options),
         cost=ProbeCost.of(options),
     )
     planned = record(options, found, budget_s=budget_s, spent_s=PROBE_START_S)

@@ -28,8 +28,8 @@ from autotune.decide import (
     near_ceiling,
     planned_probes,
     recheck,
+    round_configs,
     round_length,
-    round_probes,
     run_ddp_stage,
 )
 from autotune.explore import (
@@ -338,7 +338,7 @@ def _explore_and_confirm(
             f"`autotune show {path}`."
         )
     plan.options = deadline.confirming(
-        options, round_probes(plan, explored, baseline, info.get("torch_threads")), plan.progress
+        options, round_configs(plan, explored, baseline, info.get("torch_threads")), plan.progress
     )
     return confirm(
         runner,
