@@ -3,14 +3,14 @@ failure; the workers of the config before a turn idle first."""
 
 from __future__ import annotations
 
-import itertools
+import signal
 
 import pytest
 import workloads
 from faults import probe_request as request
 
 from autotune.probe import run_probe
-from autotune.probe._turns import IDLE_SHARE, settle
+from autotune.probe._turns import Paused
 from autotune.settings import Settings
 
 NO_WORKERS = Settings(batch_size=4)
@@ -74,16 +74,30 @@ def test_compute_turns_measure_each_combination_on_held_batches() -> None:
     assert all(part.figures.wait_fraction < 0.05 for part in result.turns)
 
 
-def test_settle_waits_for_the_workers_to_idle_and_no_longer_than_its_limit() -> None:
-    clock = itertools.count(0.0, 0.02)
-    # Busy for three reads (a core each), then idle.
-    readings = iter([0.0, 0.02, 0.04, 0.06, 0.06 + IDLE_SHARE * 0.02 / 2, 1.0])
-    waited = settle(clock=lambda: next(clock), sleep=lambda s: None, cpu=lambda: next(readings))
-    assert waited == pytest.approx(0.1)
-    # Never idle: it gives up after most_s.
-    busy = itertools.count(0.0, 0.02)
-    clock = itertools.count(0.0, 0.02)
-    waited = settle(
-        most_s=0.2, clock=lambda: next(clock), sleep=lambda s: None, cpu=lambda: next(busy)
-    )
-    assert 0.2 <= waited < 0.3
+def test_a_configs_workers_are_stopped_between_its_turns_and_go_on_at_the_next() -> None:
+    sent: list[tuple[int, int]] = []
+    live = [11, 12]  # the first config's workers
+    paused = Paused(children=lambda: list(live), signal_pid=lambda pid, n: sent.append((pid, n)))
+    paused.resume(0)  # its first turn: nothing stopped yet
+    paused.pause(0)
+    assert sent == [(11, signal.SIGSTOP), (12, signal.SIGSTOP)]
+    live += [21]  # the second config's worker started in its turn
+    paused.resume(1)
+    paused.pause(1)
+    assert sent[2:] == [(21, signal.SIGSTOP)]  # the first config's were stopped already
+    paused.resume(0)
+    assert sent[3:] == [(11, signal.SIGCONT), (12, signal.SIGCONT)]
+    paused.resume_all()
+    assert sent[5:] == [(21, signal.SIGCONT)] and not paused.held
+
+
+def test_a_loader_that_waits_does_not_load_ahead_for_free_between_its_turns() -> None:
+    # 20 ms of sleep per item: 4 workers deliver about 200 samples/s of batch 4, sleeping,
+    # whatever the CPUs. A queue of 32 batches refilled while the slow loader's turns run
+    # would read several times that; stopped between its turns, it reads its own pace.
+    deep = Settings(batch_size=4, num_workers=4, prefetch_factor=8, persistent_workers=True)
+    turns = (NO_WORKERS, deep)
+    result = run_probe(request(workloads.SleepyDataset(delay=0.02), settings=turns[0], turns=turns))
+    assert result.ok, result.failure
+    _alone, four = result.turns
+    assert 100 < four.figures.samples_per_s < 240

@@ -24,8 +24,6 @@ PROBE_START_S = 1.0
 its process, the workload built, the first batches."""
 HOLD_S = 1.0
 """About what a pass of the bounds takes to load the batches it holds in memory."""
-SETTLE_S = 0.05
-"""About what a turn waits for the workers of the config before it to go idle."""
 CEILING_PROBES = 5
 """Compute and data ceilings of the winner and the default, and the loader limit."""
 STAGES = ("bounds", "workers", "explore", "confirm", "runoff", "ddp", "ceilings")
@@ -63,8 +61,8 @@ class ProbeCost:
     def turns(self, configs: int, passes: int = PASSES) -> float:
         """A probe that measures ``configs`` configs in turns for ``passes`` passes: one
         start, each config's warm-up and window in the first pass, a shorter warm-up
-        again (and the wait for the workers before it) and a window in each later one."""
-        later = max(REWARM_SECONDS, self.step_s) + SETTLE_S + self.window_s
+        again and a window in each later one."""
+        later = max(REWARM_SECONDS, self.step_s) + self.window_s
         return self.start_s + configs * (self.warmup_s + self.window_s + (passes - 1) * later)
 
     def bounds(self, left: BoundsLeft, options: SearchOptions) -> float:

@@ -10,13 +10,15 @@ dataset, as one training would; each has its own loader, threads and precision.
 
 What a turn does, so that a window measures the config alone in its steady state:
 
-- the workers of the config measured before finish the batches they were asked for
-  (they use no more CPU, :func:`settle`): the idle loaders' workers only wait;
+- between its turns, a config's workers are stopped (SIGSTOP) the moment its window
+  ends, and go on (SIGCONT) when its next turn begins: its loader is frozen as it
+  stood, the batches under way half made, so it neither takes CPU from the configs
+  measured meanwhile nor loads ahead for free (a loader that waits on storage would
+  otherwise fill its whole queue while the others run, and read fast for it);
 - the config's first turn starts its loader and warms up as a probe of its own does
   (``warmup_seconds``, beyond the batches its workers queued while starting);
-- a later turn warms up again: its workers' queue filled while it was idle, and those
-  batches come at once, so it trains through them (or until it first waits for a
-  batch, where the loader sets the pace) and at least :data:`REWARM_SECONDS`;
+- a later turn trains :data:`REWARM_SECONDS` first: its threads and precision were
+  just switched back, and caches that the other configs' steps displaced refill;
 - then one window, which ends on a whole turn of its workers.
 
 A config that fails (its dataset raises, a worker dies, its batch runs out of memory)
@@ -28,12 +30,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import multiprocessing
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import psutil
 import torch
 
 from autotune.probe._failure import classify
@@ -46,16 +49,6 @@ from autotune.settings import Settings
 REWARM_SECONDS = 0.1
 """The least a later turn trains before its window: a thread count or precision just
 switched, and caches that another config's steps displaced, settle in a few steps."""
-WAITED_SECONDS = 0.002
-"""A wait for a batch this long ends a later turn's warm-up early: the queue its idle
-workers filled is spent, and the loader sets the pace from there."""
-SETTLE_POLL_SECONDS = 0.02
-"""How often :func:`settle` reads the workers' CPU time."""
-IDLE_SHARE = 0.1
-"""Workers using less than this share of one core between two reads are idle."""
-SETTLE_MOST_SECONDS = 3.0
-"""The longest :func:`settle` waits: a loader that keeps its workers busy longer (a
-worker that spins) would otherwise hold the probe for ever."""
 
 
 @dataclasses.dataclass
@@ -92,7 +85,7 @@ def measure_turns(
     device: torch.device,
     send: Send,
     stop: threading.Event,
-    settle_workers: Callable[[], float] | None = None,
+    paused: Paused | None = None,
 ) -> None:
     """Measure ``passes`` windows of each of ``turns`` in turns, sending each as
     ``("turn", (index, Window))`` as it ends, a config's start-up as
@@ -103,41 +96,43 @@ def measure_turns(
         trainer: trains each config's steps under its precision; None: the configs load
             only (the loader alone).
         default_threads: torch's threads for a config that sets none.
-        settle_workers: waits for the workers to go idle after a turn of a config with
-            workers (:func:`settle` by default).
+        paused: stops each config's workers between its turns (a :class:`Paused` of this
+            process's children by default).
     """
-    settle_workers = settle_workers or settle
-    previous: Turn | None = None
-    for number in range(passes):
-        order = list(turns) if number % 2 == 0 else list(turns)[::-1]
-        for turn in order:
-            if stop.is_set():
-                return
-            if turn.failed:
-                continue
-            if previous is not None and previous.has_workers:
-                settle_workers()
-            previous = turn
-            try:
-                window = _one_turn(
-                    turn,
-                    window_seconds=window_seconds,
-                    warmup_seconds=warmup_seconds,
-                    trainer=trainer,
-                    default_threads=default_threads,
-                    device=device,
-                    send=send,
-                    stop=stop,
-                )
-            except PieceError as error:
-                _fail(turn, classify(error.error, error.piece), send, device)
-                continue
-            except Exception as error:  # this config's own failure: the others go on
-                _fail(turn, classify(error, None), send, device)
-                continue
-            if window is None:  # stopped
-                return
-            send(("turn", (turn.index, window)))
+    paused = paused or Paused()
+    try:
+        for number in range(passes):
+            order = list(turns) if number % 2 == 0 else list(turns)[::-1]
+            for turn in order:
+                if stop.is_set():
+                    return
+                if turn.failed:
+                    continue
+                paused.resume(turn.index)
+                try:
+                    window = _one_turn(
+                        turn,
+                        window_seconds=window_seconds,
+                        warmup_seconds=warmup_seconds,
+                        trainer=trainer,
+                        default_threads=default_threads,
+                        device=device,
+                        send=send,
+                        stop=stop,
+                    )
+                except PieceError as error:
+                    _fail(turn, classify(error.error, error.piece), send, device)
+                    continue
+                except Exception as error:  # this config's own failure: the others go on
+                    _fail(turn, classify(error, None), send, device)
+                    continue
+                finally:
+                    paused.pause(turn.index)
+                if window is None:  # stopped
+                    return
+                send(("turn", (turn.index, window)))
+    finally:
+        paused.resume_all()
 
 
 def _one_turn(
@@ -161,9 +156,9 @@ def _one_turn(
         batch = turn.steps.fetch()
         send(("turn_ready", (turn.index, time.perf_counter() - began)))
         turn.started = True
-        _warm(turn, batch, least_s=warmup_seconds, stop=stop)
+        _warm(turn, batch, least_s=warmup_seconds, beyond_queued=True, stop=stop)
     else:
-        _warm(turn, None, least_s=REWARM_SECONDS, stop=stop, until_waited=True)
+        _warm(turn, None, least_s=REWARM_SECONDS, beyond_queued=False, stop=stop)
     if stop.is_set():
         return None
     synchronize(device)
@@ -179,36 +174,25 @@ def _one_turn(
 
 
 def _warm(
-    turn: Turn,
-    first: Any,
-    *,
-    least_s: float,
-    stop: threading.Event,
-    until_waited: bool = False,
+    turn: Turn, first: Any, *, least_s: float, beyond_queued: bool, stop: threading.Event
 ) -> None:
-    """Train unmeasured steps for at least ``least_s`` and beyond the batches the
-    config's workers queued; with ``until_waited``, a wait for a batch of at least
-    :data:`WAITED_SECONDS` ends it sooner (past ``least_s``). ``first``: a batch on the
-    device to train on first (the config's first, fetched at its start)."""
+    """Train unmeasured steps for at least ``least_s`` (one at least), and with
+    ``beyond_queued`` beyond the batches the config's workers queued while starting.
+    ``first``: a batch on the device to train on first (the config's first, fetched at
+    its start)."""
     steps = turn.steps
     began = time.perf_counter()
     trained = 0
-    waited = False
     batch = first
     while not stop.is_set():
         if batch is None:
-            asked = time.perf_counter()
-            host_batch, _samples = steps.next_batch()
-            waited = waited or time.perf_counter() - asked >= WAITED_SECONDS
-            batch = steps.copy(host_batch)
+            batch = steps.fetch()
         for _ in range(steps.echo):
             steps.work(batch)
         steps.beat()
         batch = None
         trained += 1
-        if time.perf_counter() - began < least_s:
-            continue
-        if trained > turn.queued or (until_waited and waited):
+        if time.perf_counter() - began >= least_s and (not beyond_queued or trained > turn.queued):
             return
 
 
@@ -224,45 +208,56 @@ def _fail(turn: Turn, failure: Any, send: Send, device: torch.device) -> None:
     send(("turn_error", (turn.index, failure)))
 
 
-def _workers_cpu(seen: dict[int, psutil.Process]) -> float:
-    """CPU seconds of this process's live children (its loaders' workers), read now."""
-    total = 0.0
-    for child in multiprocessing.active_children():
-        if child.pid is None:
-            continue
-        process = seen.get(child.pid)
+def _children() -> list[int]:
+    """The pids of this process's live children: its loaders' workers."""
+    return [child.pid for child in multiprocessing.active_children() if child.pid is not None]
+
+
+class Paused:
+    """The workers of each config, stopped between its turns.
+
+    At the end of a config's turn every live child not stopped already is its loader's
+    (the other configs' workers are stopped): those are stopped and kept under its
+    index, and go on at its next turn. Where the system has no SIGSTOP, nothing is
+    stopped (each turn's warm-up is all there is between the configs).
+
+    Args:
+        children: the pids of this process's live children.
+        signal_pid: sends a signal to a pid (``os.kill``).
+    """
+
+    def __init__(
+        self,
+        children: Callable[[], list[int]] = _children,
+        signal_pid: Callable[[int, int], None] = os.kill,
+    ) -> None:
+        self.children = children
+        self.signal_pid = signal_pid
+        self.held: dict[int, list[int]] = {}
+        self.able = hasattr(signal, "SIGSTOP") and hasattr(signal, "SIGCONT")
+
+    def pause(self, index: int) -> None:
+        """Stop the workers that ran during turn ``index``'s config's turn."""
+        if not self.able:
+            return
+        stopped = {pid for pids in self.held.values() for pid in pids}
+        mine = [pid for pid in self.children() if pid not in stopped]
+        self.held[index] = [pid for pid in mine if self._send(pid, signal.SIGSTOP)]
+
+    def resume(self, index: int) -> None:
+        """Let turn ``index``'s config's workers go on."""
+        for pid in self.held.pop(index, []):
+            self._send(pid, signal.SIGCONT)
+
+    def resume_all(self) -> None:
+        """Let every stopped worker go on (before the loaders shut down)."""
+        for index in list(self.held):
+            self.resume(index)
+
+    def _send(self, pid: int, number: int) -> bool:
+        """Send signal ``number`` to ``pid``; False where it has ended."""
         try:
-            if process is None:
-                process = seen[child.pid] = psutil.Process(child.pid)
-            times = process.cpu_times()
-        except psutil.Error:  # it ended meanwhile
-            continue
-        total += times.user + times.system
-    return total
-
-
-def settle(
-    *,
-    poll_s: float = SETTLE_POLL_SECONDS,
-    most_s: float = SETTLE_MOST_SECONDS,
-    clock: Callable[[], float] = time.perf_counter,
-    sleep: Callable[[float], None] = time.sleep,
-    cpu: Callable[[], float] | None = None,
-) -> float:
-    """Wait until this process's children (its loaders' workers) use less than
-    :data:`IDLE_SHARE` of a core between two reads ``poll_s`` apart, at most ``most_s``;
-    the seconds waited.
-
-    A config's workers go on loading the batches they were asked for after its turn
-    ends; measured then, the next config would share the CPUs with them."""
-    seen: dict[int, psutil.Process] = {}
-    read = cpu or (lambda: _workers_cpu(seen))
-    began = clock()
-    last = read()
-    while clock() - began < most_s:
-        sleep(poll_s)
-        now = read()
-        if now - last < IDLE_SHARE * poll_s:
-            break
-        last = now
-    return clock() - began
+            self.signal_pid(pid, number)
+        except ProcessLookupError:
+            return False
+        return True
