@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     start_probe_server()
     ways = ("in turns", "alone") if args.alone else ("in turns",)
-    speedups = {way: [[] for _ in configs[1:]] for way in ways}
+    speedups: dict[str, list[list[float]]] = {way: [[] for _ in configs[1:]] for way in ways}
     for number in range(args.rounds):
         order = configs if number % 2 == 0 else configs[::-1]
         for way in ways:
