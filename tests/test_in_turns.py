@@ -4,6 +4,8 @@ fails as a whole has its configs measured again alone."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import optuna
 import pytest
 from test_confirm import DEFAULT, plan
@@ -34,12 +36,18 @@ def figures(rate: float, windows: int) -> Figures:
 RATES = {DEFAULT.key(): 1000.0, ONE.key(): 1500.0, TWO.key(): 1400.0}
 
 
+HUNG = Failure(kind="timeout", message="no first batch within 60 s: a worker hangs")
+
+
 class Probes:
     """Stands in for the probe processes: a probe in turns reads each config at its rate
     of :data:`RATES` (or fails as a whole with ``whole``); a probe of its own too."""
 
     def __init__(self, whole: Failure | None = None) -> None:
         self.whole = whole
+        self.own: int | None = None
+        """The config (by position) whose own failure the whole process's is."""
+        self.hang_in_workers = False
         self.rates = dict(RATES)
         self.in_turns: list[ProbeRequest] = []
         self.alone: list[Settings] = []
@@ -48,13 +56,10 @@ class Probes:
         assert request.turns and request.settings == request.turns[0]
         self.in_turns.append(request)
         if self.whole is not None:
-            return ProbeResult(
-                figures=Figures(),
-                failure=self.whole,
-                turns=tuple(
-                    ProbeResult(figures=Figures(), failure=self.whole) for _ in request.turns
-                ),
-            )
+            parts = [ProbeResult(figures=Figures(), failure=self.whole)] * len(request.turns)
+            if self.own is not None:  # a copy: its own
+                parts[self.own] = ProbeResult(figures=Figures(), failure=dataclasses.replace(HUNG))
+            return ProbeResult(figures=Figures(), failure=self.whole, turns=tuple(parts))
         return ProbeResult(
             figures=Figures(),
             turns=tuple(
@@ -66,6 +71,8 @@ class Probes:
     def one(self, request: ProbeRequest, *, on_window: object = None) -> ProbeResult:
         assert not request.turns
         self.alone.append(request.settings)
+        if self.hang_in_workers and request.settings.num_workers:
+            return ProbeResult(figures=Figures(), failure=HUNG)
         return ProbeResult(figures=figures(self.rate(request.settings), 3))
 
     def rate(self, settings: Settings) -> float:
@@ -135,3 +142,24 @@ def test_the_warm_starts_are_explored_in_turns_in_groups_then_the_sampler_goes_o
     assert trial.user_attrs[ROLE] == "explore"
     # The budget's last trial, proposed by the sampler, runs in a probe of its own.
     assert len(probes.alone) == 1
+
+
+def test_a_hang_in_a_configs_turn_fails_it_and_a_proven_hang_rules_out_the_rest(
+    probes: Probes,
+) -> None:
+    # Every config with workers hangs in them. The first to start hangs the round's
+    # process; the others are measured alone until a second hang proves the pattern,
+    # and the configs with as many workers are not run at all.
+    probes.whole, probes.own, probes.hang_in_workers = HUNG, 1, True
+    three = Settings(batch_size=32, num_workers=3, prefetch_factor=2, persistent_workers=True)
+    stand_in = plan(study=optuna.create_study(direction="maximize"))
+    order = [DEFAULT, ONE, TWO, three]
+    EmbeddedBackend().measure(stand_in, order, ["baseline", "confirm", "confirm", "confirm"], 1)
+    assert probes.alone == [DEFAULT, TWO]  # the default, then one more hang: enough
+    trials = records(stand_in.study)
+    assert [(t.state, t.failure and t.failure.kind) for t in trials] == [
+        ("COMPLETE", None),
+        ("FAIL", "timeout"),
+        ("FAIL", "timeout"),
+        ("FAIL", "infeasible"),
+    ]

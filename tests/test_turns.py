@@ -47,12 +47,15 @@ def test_a_config_that_fails_alone_leaves_the_others_measured() -> None:
     assert fine.ok and len(fine.figures.windows) == 3
 
 
-def test_a_failure_of_the_whole_process_is_every_unfinished_configs() -> None:
-    # The process crashes (SIGSEGV) after 8 items, in the first config's first turn.
+def test_a_crash_in_one_configs_turn_is_its_own_and_the_others_share_it() -> None:
+    # The process crashes (SIGSEGV) after 8 items, in the first config's first turn: its
+    # own failure; the second config, cut short, shares the process's.
     turns = (NO_WORKERS, Settings(batch_size=4, threads=1))
     result = run_probe(request(workloads.SegfaultDataset(after=8), settings=turns[0], turns=turns))
     assert result.failure is not None and result.failure.kind == "crash"
-    assert all(part.failure is result.failure for part in result.turns)
+    crashed, cut = result.turns
+    assert crashed.failure == result.failure and crashed.failure is not result.failure
+    assert cut.failure is result.failure
 
 
 def test_compute_turns_measure_each_combination_on_held_batches() -> None:

@@ -123,8 +123,6 @@ def _measure(
                         objective.rules.interrupted(trial)
                         study.tell(trial, state=TrialState.FAIL)
             raise
-    for trial in trials:
-        objective.after(study, frozen_trial(study, trial), in_loop=False)
 
 
 def _run(
@@ -153,14 +151,14 @@ def _run(
         if outcome is None:
             pending.append((trial, settings))
         else:
-            _tell(plan.study, trial, outcome)
+            _end(objective, trial, outcome)
     _measure_pending(objective, pending, windows, prunable=prunable)
     for trial, role, settings in later:
         outcome = rules.settled(trial, settings, role)
         if outcome is None:
             result = objective.probe(trial, settings, prunable=prunable)
             outcome = rules.conclude(trial, settings, result)
-        _tell(plan.study, trial, outcome)
+        _end(objective, trial, outcome)
 
 
 def _measure_pending(
@@ -173,11 +171,11 @@ def _measure_pending(
     """Measure the ``pending`` trials' configs in turns for ``windows`` passes (one
     alone, or one cut short by the whole process's failure, in a probe of its own), and
     tell each trial how it ended."""
-    rules, study = objective.rules, objective.plan.study
+    rules = objective.rules
     if len(pending) == 1:
         trial, settings = pending[0]
         result = objective.probe(trial, settings, prunable=prunable)
-        _tell(study, trial, rules.conclude(trial, settings, result))
+        _end(objective, trial, rules.conclude(trial, settings, result))
         return
     if not pending:
         return
@@ -185,10 +183,15 @@ def _measure_pending(
     whole = run_probe(turns_request(objective.template, configs, windows))
     for (trial, settings), part in zip(pending, whole.turns, strict=True):
         if _cut_short(part, whole):
+            # Alone, unless what ended before it (a hang proven) rules its config out.
+            blocked = rules.blocked(trial, settings)
+            if blocked is not None:
+                _end(objective, trial, blocked)
+                continue
             part = objective.probe(trial, settings, prunable=prunable)
         else:
             _report(trial, part)
-        _tell(study, trial, rules.conclude(trial, settings, part))
+        _end(objective, trial, rules.conclude(trial, settings, part))
 
 
 def _report(trial: optuna.Trial, part: ProbeResult) -> None:
@@ -203,6 +206,14 @@ def _cut_short(part: ProbeResult, whole: ProbeResult) -> bool:
     """Whether ``part`` failed only because the whole process did (its own failure is
     reported apart)."""
     return part.failure is not None and whole.failure is not None and part.failure is whole.failure
+
+
+def _end(objective: Objective, trial: optuna.Trial, outcome: Outcome) -> None:
+    """End ``trial`` in the study as ``outcome`` says, then run the rules after it (what
+    it proves counts before the next trial of the group is probed)."""
+    study = objective.plan.study
+    _tell(study, trial, outcome)
+    objective.after(study, frozen_trial(study, trial), in_loop=False)
 
 
 def _tell(study: optuna.Study, trial: optuna.Trial, outcome: Outcome) -> None:

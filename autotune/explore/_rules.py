@@ -184,6 +184,16 @@ class TrialRules:
         """Record a trial that was cut short by the user or by the end of the search."""
         return record_interrupted(trial, message)
 
+    def blocked(self, trial: optuna.Trial, settings: Settings) -> Outcome | None:
+        """How a trial whose config can no longer run at all ends (recorded on it): a
+        config measured in turns whose process failed, about to be probed alone, may
+        have been ruled out since (a hang proven meanwhile); None if it may run."""
+        blocked = self._blocked(settings)
+        if blocked is None:
+            return None
+        record_failure(trial, blocked)
+        return Outcome(TrialState.FAIL, reason=blocked.message)
+
     def _blocked(self, settings: Settings) -> Failure | None:
         """Why ``settings`` cannot run at all; None if it may."""
         with self._lock:

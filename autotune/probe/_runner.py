@@ -35,6 +35,9 @@ the devices); returning False stops the probe (pruned)."""
 _GRACE_SECONDS = 5.0
 _SHM_DIR = Path("/dev/shm")
 _SHM_MAY_EXPLAIN = ("timeout", "worker", "crash")
+_TURNS_OWN = ("timeout", "crash")
+"""Failures of a probe measuring configs in turns that belong to the config whose turn
+was under way: it hung or crashed the process in its own steps."""
 """Failures that shared memory running out in a worker can cause without saying so."""
 _POLL_SECONDS = 0.1
 _context: BaseContext | None = None
@@ -371,6 +374,8 @@ class _RunningProbe:
         self.turn_windows: dict[int, list[Window]] = {}
         self.turn_startup: dict[int, float] = {}
         self.turn_failure: dict[int, Failure] = {}
+        self.current_turn: int | None = None
+        """The config whose turn began last, of a probe measuring configs in turns."""
 
     def follow(self) -> None:
         """Read the probe's events and watch it until it is done, has failed or is gone."""
@@ -404,6 +409,7 @@ class _RunningProbe:
             "done": self._on_done,
             "error": self._on_error,
             "turn": self._on_turn,
+            "turn_start": self._on_turn_start,
             "turn_ready": self._on_turn_ready,
             "turn_error": self._on_turn_error,
         }
@@ -442,6 +448,11 @@ class _RunningProbe:
         self.windows.append(window)
         now = time.monotonic()
         self.span[:] = [self.span[0] if self.span else now - window.seconds, now]
+        return True
+
+    def _on_turn_start(self, index: int) -> bool:
+        """One of the configs measured in turns begins its turn."""
+        self.current_turn = index
         return True
 
     def _on_turn_ready(self, payload: tuple[int, float]) -> bool:
@@ -537,13 +548,18 @@ class _RunningProbe:
     def _turn_result(self, index: int, whole: Figures) -> ProbeResult:
         """The result of the config at ``index`` of the turns: its own windows and start-up
         (its memory is not told apart from the others'), its own failure, or the
-        process's where that ended it before all its windows."""
+        process's where that ended it before all its windows. A hang or a crash in the
+        middle of a config's turn is that config's own (a copy of the process's failure);
+        one that ended the others' turns, or the memory of every loader together over the
+        limit, is the process's, which they share."""
         windows = tuple(self.turn_windows.get(index, ()))
         failure = self.turn_failure.get(index)
         if failure is None and len(windows) < self.request.max_windows:
             failure = self.failure or Failure(
                 kind="error", message="the probe ended before this config's windows"
             )
+            if failure.kind in _TURNS_OWN and index == self.current_turn:
+                failure = dataclasses.replace(failure)
         figures = Figures(
             windows=windows, startup_s=self.turn_startup.get(index), wall_s=whole.wall_s
         )

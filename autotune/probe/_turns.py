@@ -87,10 +87,10 @@ def measure_turns(
     stop: threading.Event,
     paused: Paused | None = None,
 ) -> None:
-    """Measure ``passes`` windows of each of ``turns`` in turns, sending each as
-    ``("turn", (index, Window))`` as it ends, a config's start-up as
-    ``("turn_ready", (index, seconds))`` and its failure as ``("turn_error", (index,
-    Failure))``.
+    """Measure ``passes`` windows of each of ``turns`` in turns, sending the start of
+    each turn as ``("turn_start", index)``, each window as ``("turn", (index, Window))``
+    as it ends, a config's start-up as ``("turn_ready", (index, seconds))`` and its
+    failure as ``("turn_error", (index, Failure))``.
 
     Args:
         trainer: trains each config's steps under its precision; None: the configs load
@@ -109,6 +109,7 @@ def measure_turns(
                 if turn.failed:
                     continue
                 paused.resume(turn.index)
+                send(("turn_start", turn.index))
                 try:
                     window = _one_turn(
                         turn,
