@@ -5,8 +5,9 @@ A shared machine's speed drifts over seconds and minutes, and one process may ru
 model slower than the next however steady its own windows (``docs/decisions.md``). Two
 configs measured in probes of their own carry both into their ratio; measured in turns in
 one process, each window of one lies beside windows of the others, in the same process,
-so their ratio carries neither. The configs share the model, its optimizer and the
-dataset, as one training would; each has its own loader, threads and precision.
+so what the moment and the process do to one they do to the others too, and a process's
+start is paid once. The configs share the model, its optimizer and the dataset, as one
+training would; each has its own loader, threads and precision.
 
 What a turn does, so that a window measures the config alone in its steady state:
 
@@ -68,10 +69,6 @@ class Turn:
     """Ends its loader's epoch (a failed config's workers exit)."""
     started: bool = False
     failed: bool = False
-
-    @property
-    def has_workers(self) -> bool:
-        return self.settings.num_workers > 0
 
 
 def measure_turns(
