@@ -40,6 +40,7 @@ from benchmarks.generalise._check import (
     plan,
     run_workload,
 )
+from benchmarks.generalise._peer_report import side_by_side
 from benchmarks.generalise._plot import LEFT as LEFT_EDGE
 from benchmarks.generalise._plot import svg
 from benchmarks.generalise._targets import assess, outside_by, space_size
@@ -347,7 +348,7 @@ def peer_record(config: Path, *, user_batch: int, device: str, say: Any) -> dict
 
 
 def run_fake_workload(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, peer: bool = False
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, peer: bool = False, peer_budget: bool = False
 ) -> dict[str, Any]:
     searched: list[dict[str, Any]] = []
 
@@ -376,9 +377,15 @@ def run_fake_workload(
         _generalise_rounds, "time", types.SimpleNamespace(perf_counter=ticks.__next__)
     )
     monkeypatch.setattr(_generalise, "run_peer", peer_record)
-    options = GeneraliseOptions(rounds=3, final_rounds=5, trials=4, study_dir=tmp_path, peer=peer)
+    options = GeneraliseOptions(
+        rounds=3, final_rounds=5, trials=4, study_dir=tmp_path, peer=peer, peer_budget=peer_budget
+    )
     section = run_workload(find(["compute-bound"])[0], options, MACHINE, lambda line: None)
-    assert [s["seed"] for s in searched] == [1, 2, 3] and {s["trials"] for s in searched} == {4}
+    # The search at the peer's time is seed 1's again, given the peer's 2.6 s: it chooses
+    # seed 1's config, measured once for both.
+    assert [s["seed"] for s in searched] == [1, 2, 3] + [1] * peer_budget
+    assert {s["trials"] for s in searched} == {4}
+    assert [s.get("budget") for s in searched][3:] == [2.6] * peer_budget
     first = 3 * (2 + peer + 22 * 2)  # the default (seed 3's too), seed 2's, two grids
     # then the final set: the default, seed 1's (a grid point) and seed 2's choices, the
     # 3 leading grid points and the default's twin (workers=0 batch=32 threads=2), in 5 rounds
@@ -574,6 +581,53 @@ def test_the_peer_is_measured_in_the_same_rounds_and_shown_beside_autotune(
     assert "peer" not in plain and "loadtune" not in plain
 
 
+def test_a_search_given_the_peers_time_is_measured_beside_the_peer(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    section = run_fake_workload(monkeypatch, tmp_path, peer=True, peer_budget=True)
+    assert section["budgeted"]["budget_s"] == 2.6 and section["budgeted"]["seed"] == 1
+    (measured,) = [m for m in section["measurements"] if m["budgeted"]]
+    assert measured["seeds"] == [1] and len(measured["final"]) == 5
+    budgeted = section["figures"]["budgeted"]
+    assert budgeted["describe"] == CHOICES[1].describe()
+    assert budgeted["vs_grid"] == pytest.approx(320 / 352)
+    assert budgeted["vs_peer"] == pytest.approx(320 / 300)
+    table = _generalise_report.markdown(section)
+    assert f"| at the peer's 2.6 s | {CHOICES[1].describe()} | 320 (±0%) | 0.909 " in table
+    side = side_by_side([section])
+    assert side[3].endswith("| at the peer's time: choice × grid best | × the peer's | search s |")
+    assert side[5].endswith("| 2.6 | 0.909 | 1.07 | 250 |")  # seed 1's search time, made up
+
+
+def test_an_earlier_run_gets_a_search_at_the_peers_time_and_its_final_rounds(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    section = run_fake_workload(monkeypatch, tmp_path, peer=True)
+    one = Settings(batch_size=32, num_workers=1, threads=1, worker_threads=1)
+    given: list[dict[str, Any]] = []
+
+    def search(config: Path, **options: Any) -> SearchResult:
+        given.append(options)
+        return result(one, (200.0, 210.0, 220.0))
+
+    monkeypatch.setattr(autotune, "search", search)
+    options = GeneraliseOptions(final_rounds=5, study_dir=tmp_path)
+    workload = find(["compute-bound"])[0]
+    added = _generalise.add_budgeted(section, workload, options, MACHINE, lambda line: None)
+    assert given[0]["budget"] == 2.6 and given[0]["seed"] == 1
+    (new,) = [m for m in added["measurements"] if m.get("budgeted")]
+    assert new["settings"] == one.to_dict() and new["rounds"] == [] and not new["grid"]
+    assert "budgeted" not in section  # the earlier section is left as it was
+    judged = _generalise.judge_again(added, workload.config, options, lambda line: None)
+    (measured,) = [m for m in judged["measurements"] if m.get("budgeted")]
+    assert len(measured["final"]) == 5  # the final set took it
+    assert judged["figures"]["budgeted"]["vs_peer"] == pytest.approx(220 / 300)
+    # A section without the peer is left as it was, and nothing is searched.
+    plain = run_fake_workload(monkeypatch, tmp_path / "plain")
+    assert _generalise.add_budgeted(plain, workload, options, MACHINE, lambda line: None) == plain
+    assert len(given) == 1
+
+
 def test_the_plot_is_well_formed_with_one_mark_per_choice_even_for_odd_names() -> None:
     judged = assess(
         measurements([100.0, 80.0], 50.0, {1: 97.0, 2: 130.0}),
@@ -638,6 +692,7 @@ def test_the_plot_reads_each_grid_point_against_the_best_of_its_own_rounds() -> 
         ["generalise", "--merge", "README.md", "--rejudge", "README.md"],
         ["generalise", "--peer", "--merge", "README.md"],  # it searches nothing
         ["generalise", "--peer", "--rejudge", "README.md"],
+        ["generalise", "--peer-budget"],  # the peer's time, without the peer
         ["generalise", "--final-rounds", "2"],
         ["agreement", "--final-rounds", "5"],  # a flag of another suite
         ["agreement", "--rejudge", "results.json"],
@@ -700,6 +755,7 @@ def test_a_run_writes_its_files_after_every_workload_named_to_the_minute(
             GeneraliseOptions(seconds=2.0, trials=7, plain_seed=5, study_dir=Path("s")),
         ),
         (["--peer"], GeneraliseOptions(peer=True)),
+        (["--peer", "--peer-budget"], GeneraliseOptions(peer=True, peer_budget=True)),
     ],
 )
 def test_the_options_take_what_is_given_and_their_own_defaults_for_the_rest(

@@ -164,15 +164,18 @@ def run_search(
     machine: autotune.Machine,
     say: Say,
     tag: str = "agreement",
+    budget: float | None = None,
 ) -> Searched:
-    """``autotune.search(config, seed=...)`` with its default options (or ``trials``), its
-    study in ``folder``; on a machine with several GPUs, one process on one device, as the
-    plain loop trains."""
+    """``autotune.search(config, seed=...)`` with its default options (or ``trials``, or a
+    time ``budget`` in seconds), its study in ``folder``; on a machine with several GPUs,
+    one process on one device, as the plain loop trains."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     study = folder / f"{study_prefix(workload, seed, tag)}{stamp}.db"
     search: dict[str, Any] = {"seed": seed, "study": str(study)}
     if trials is not None:
         search["trials"] = trials
+    if budget is not None:
+        search["budget"] = budget
     if len(machine.gpus) > 1:
         search["gpus"] = 0
     say(f"autotune.search {workload.config.name} ({search})")

@@ -13,7 +13,9 @@ set of rounds:
 - the default loader (``Settings(batch_size=user's)``, threads left to torch);
 - each search's choice;
 - with ``peer``, the choice of the peer, loadtune (:mod:`benchmarks.peer`), run once
-  with its own defaults.
+  with its own defaults;
+- with ``peer_budget`` too, the choice of one more search (seed 1) given the peer's own
+  wall time as its ``budget``: autotune with no more time than the peer took.
 
 Then a final set of rounds (:mod:`benchmarks.generalise._rounds`) measures again the
 default loader, the choices and the grid's leaders, side by side; the targets are judged
@@ -218,6 +220,8 @@ class Planned:
     """A point of a grid."""
     peer: bool = False
     """The peer's choice (loadtune's)."""
+    budgeted: bool = False
+    """The choice of the search given the peer's wall time as its budget."""
 
 
 def plan(
@@ -226,6 +230,7 @@ def plan(
     cpus: int,
     spec: GridSpec,
     peer: Settings | None = None,
+    budgeted: Settings | None = None,
 ) -> tuple[list[tuple[int, str]], list[Planned]]:
     """The grids' (batch size, AMP), and every distinct config to measure: the default
     loader, the choices (by seed), the ``peer``'s choice where given, then the grid at the
@@ -242,7 +247,14 @@ def plan(
     def add(settings: Settings, **role: Any) -> None:
         entry = roles.setdefault(
             settings.key(),
-            {"settings": settings, "default": False, "seeds": (), "grid": False, "peer": False},
+            {
+                "settings": settings,
+                "default": False,
+                "seeds": (),
+                "grid": False,
+                "peer": False,
+                "budgeted": False,
+            },
         )
         for name, value in role.items():
             entry[name] = entry[name] + value if name == "seeds" else value
@@ -252,6 +264,8 @@ def plan(
         add(settings, seeds=(seed,))
     if peer is not None:
         add(peer, peer=True)
+    if budgeted is not None:
+        add(budgeted, budgeted=True)
     for batch, amp in grids:
         for point in grid_points(batch, amp, cpus, spec):
             add(point, grid=True)
@@ -281,6 +295,9 @@ class GeneraliseOptions:
     peer: bool = False
     """Also run the peer, loadtune, once per workload and measure its choice beside the
     searches' (the ``bench-peer`` extra)."""
+    peer_budget: bool = False
+    """With ``peer``, also search once (seed 1) with the peer's wall time as the budget,
+    and measure that choice beside the others."""
 
     def rounds_options(self, rounds: int) -> RoundsOptions:
         """How the checker measures, for a set of ``rounds`` rounds."""
@@ -345,22 +362,37 @@ def run_workload(
             )
             for seed in seeds
         ]
+        first = searched[0].result
+        peer = (
+            run_peer(workload.config, user_batch=first.user_batch, device=first.device, say=say)
+            if options.peer
+            else None
+        )
+        budgeted = (
+            run_search(
+                workload,
+                folder,
+                seed=1,
+                trials=options.trials,
+                machine=machine,
+                say=say,
+                tag="generalise-budget",
+                budget=float(peer["wall_s"]),
+            )
+            if peer is not None and options.peer_budget
+            else None
+        )
     searches = [
         search_row(s, r, options.study_dir is not None)
         for s, r in zip(seeds, searched, strict=True)
     ]
-    first = searched[0].result
-    peer = (
-        run_peer(workload.config, user_batch=first.user_batch, device=first.device, say=say)
-        if options.peer
-        else None
-    )
     grids, planned = plan(
         first.user_batch,
         [(s, r.result.settings) for s, r in zip(seeds, searched, strict=True)],
         machine.cpus,
         options.grid,
         peer=Settings.from_dict(peer["settings"]) if peer else None,
+        budgeted=budgeted.result.settings if budgeted else None,
     )
     peers = ", the peer's" if peer else ""
     say(
@@ -388,6 +420,16 @@ def run_workload(
         "cpus": machine.cpus,
         "searches": searches,
         **({"peer": peer} if peer else {}),
+        **(
+            {
+                "budgeted": {
+                    **search_row(1, budgeted, options.study_dir is not None),
+                    "budget_s": float(peer["wall_s"]),
+                }
+            }
+            if budgeted is not None and peer is not None
+            else {}
+        ),
         "grids": [{"batch_size": b, "amp": a} for b, a in grids],
         "measurements": measurements,
         "checker": {
@@ -408,6 +450,47 @@ def run_workload(
     judged = judge_again(section, workload.config, options, say)
     judged["wall_s"] = time.perf_counter() - began
     return judged
+
+
+def add_budgeted(
+    section: Mapping[str, Any],
+    workload: BenchWorkload,
+    options: GeneraliseOptions,
+    machine: Machine,
+    say: Say,
+) -> dict[str, Any]:
+    """A workload's section (an earlier run's, with the peer's record) with one more search
+    (seed 1) given the peer's wall time as its budget, its choice flagged among the
+    measurements (a new one, which the final set of rounds measures first, where it is no
+    config measured already); the section as it was where the peer did not run."""
+    peer = section.get("peer")
+    if peer is None:
+        say("at the peer's time: no peer in this section; nothing searched")
+        return dict(section)
+    with study_folder(options.study_dir) as folder:
+        budgeted = run_search(
+            workload,
+            folder,
+            seed=1,
+            trials=options.trials,
+            machine=machine,
+            say=say,
+            tag="generalise-budget",
+            budget=float(peer["wall_s"]),
+        )
+    chosen = budgeted.result.settings
+    measurements = [dict(m) for m in section["measurements"]]
+    found = next((m for m in measurements if m["settings"] == chosen.to_dict()), None)
+    if found is None:
+        found = _measurement(Planned(settings=chosen), [], [])
+        measurements.append(found)
+    found["budgeted"] = True
+    row = search_row(1, budgeted, options.study_dir is not None)
+    return {
+        **section,
+        "measurements": measurements,
+        "budgeted": {**row, "budget_s": float(peer["wall_s"])},
+    }
 
 
 def judge_again(
@@ -466,6 +549,7 @@ def _measurement(
         "seeds": list(planned.seeds),
         "grid": planned.grid,
         "peer": planned.peer,
+        "budgeted": planned.budgeted,
         "rounds": rates,
         "median": middle,
         "spread": half_range,

@@ -4,6 +4,7 @@ and its run (:mod:`benchmarks.generalise._check`).
     python -m benchmarks generalise [--workloads NAME,...] [--seeds N] [--rounds N]
                                     [--seconds S] [--warmup S] [--grid full|small|JSON]
                                     [--trials N] [--study-dir DIR] [--out PATH] [--peer]
+                                    [--peer-budget]
                                     [--keep-data] [--merge JSON ... | --rejudge JSON ...]
 
 ``--workloads`` defaults to all fifteen, ``--rounds`` to 3 (at least 3), ``--seed`` sets
@@ -78,6 +79,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "measure its choice beside the searches' (needs pip install -e '.[bench-peer]')",
     )
     parser.add_argument(
+        "--peer-budget",
+        action="store_true",
+        help="with --peer (or --rejudge of a run that had it), also search once (seed 1) with "
+        "the peer's wall time as the budget, and measure that choice beside the others",
+    )
+    parser.add_argument(
         "--rejudge",
         nargs="+",
         type=Path,
@@ -103,6 +110,11 @@ def problem(args: argparse.Namespace) -> str | None:
         return "--merge and --rejudge are two ways to read results files; give one."
     if args.peer and (args.merge or args.rejudge):
         return "--peer runs loadtune beside the searches; --merge and --rejudge search nothing."
+    if args.peer_budget and not (args.peer or args.rejudge):
+        return (
+            "--peer-budget gives a search the peer's wall time; it needs --peer (or "
+            "--rejudge of a run that had it)."
+        )
     if args.peer and not peer_installed():
         return "--peer needs loadtune, which is not installed; pip install -e '.[bench-peer]'."
     for flag, paths in (("--merge", args.merge), ("--rejudge", args.rejudge)):
@@ -127,6 +139,7 @@ def options(args: argparse.Namespace) -> GeneraliseOptions:
         plain_seed=args.seed,
         study_dir=args.study_dir,
         peer=args.peer,
+        peer_budget=args.peer_budget,
     )
 
 
@@ -192,6 +205,7 @@ def _rejudge(args: argparse.Namespace, run_options: GeneraliseOptions, old: dict
         )
         return 2
     earlier = old["options"]
+    machine = detect_machine()
     options = dataclasses.replace(
         run_options,
         seconds=earlier["seconds"],
@@ -206,17 +220,23 @@ def _rejudge(args: argparse.Namespace, run_options: GeneraliseOptions, old: dict
                 **earlier,
                 "final_rounds": options.final_rounds,
                 "leaders": options.leaders,
+                "peer_budget": options.peer_budget or earlier.get("peer_budget", False),
             },
             "rejudged_from": old["merged_from"],
         },
         run=lambda workload, say: _generalise.judge_again(
-            sections[workload.name], workload.config, options, say
+            _generalise.add_budgeted(sections[workload.name], workload, options, machine, say)
+            if options.peer_budget
+            else sections[workload.name],
+            workload.config,
+            options,
+            say,
         ),
         table=_generalise_report.markdown,
         write=_generalise_report.write,
         stamp=STAMP,
     )
-    return run_check(check, workloads, detect_machine(), out=args.out, keep_data=args.keep_data)
+    return run_check(check, workloads, machine, out=args.out, keep_data=args.keep_data)
 
 
 def _run(

@@ -63,6 +63,36 @@ def peer_row(section: Mapping[str, Any]) -> list[str] | None:
     ]
 
 
+def budgeted_row(section: Mapping[str, Any]) -> list[str] | None:
+    """The row of the search given the peer's wall time as its budget, in the workload's
+    table (the columns of the searches' rows); None where it did not run."""
+    figures = section["figures"].get("budgeted") if "figures" in section else None
+    search = section.get("budgeted")
+    if figures is None or search is None:
+        return None
+    measured: Mapping[str, Any] = next(
+        (m for m in section["measurements"] if m.get("budgeted")), {}
+    )
+    final = section["figures"].get("judged_on") == "final rounds"
+    spread = measured.get("final_spread" if final else "spread")
+    spread_text = "-" if spread is None else f"±{100 * spread:.0f}%"
+    kept = search.get("search_time")
+    seconds = kept["total_s"] if kept else search["wall_s"]
+    return [
+        f"at the peer's {_seconds(search['budget_s'])} s",
+        figures["describe"],
+        f"{rate_text(figures['samples_per_s'])} ({spread_text})",
+        vs_grid_text(figures),
+        f"{figures['first_vs_grid']:.3f}",
+        "-",
+        f"{figures['vs_default']:.2f}",
+        search["printed"] + ("" if search["confirmed"] else ", not confirmed"),
+        "-",
+        _seconds(seconds),
+        "-",
+    ]
+
+
 def peer_lines(section: Mapping[str, Any]) -> list[str]:
     """What the peer did on the workload, under its table: its run and what the measured
     settings leave out of its recommendation; none without a peer."""
@@ -100,9 +130,9 @@ def side_by_side(sections: Sequence[Mapping[str, Any]]) -> list[str]:
     choice over the grid best, over the default, and the wall time; none where no
     workload did."""
     rows = []
-    for section in sections:
-        if not _has_peer(section):
-            continue
+    shown = [s for s in sections if _has_peer(s)]
+    budgeted = any("budgeted" in s["figures"] for s in shown)
+    for section in shown:
         peer, figures = section["peer"], section["figures"]["peer"]
         cells = [
             section["name"],
@@ -112,6 +142,8 @@ def side_by_side(sections: Sequence[Mapping[str, Any]]) -> list[str]:
             f"{figures['vs_default']:.2f}",
             _seconds(peer["wall_s"]),
         ]
+        if budgeted:
+            cells += _budgeted_cells(section)
         rows.append("| " + " | ".join(cells) + " |")
     if not rows:
         return []
@@ -125,4 +157,25 @@ def side_by_side(sections: Sequence[Mapping[str, Any]]) -> list[str]:
         "by the checker in the same rounds: autotune's median choice and mean search (by its "
         "own clock), the peer's choice and its `tune` call's seconds."
     )
-    return ["", intro, "", header, "|" + " --- |" * 8, *rows]
+    columns = 8
+    if budgeted:
+        header += " at the peer's time: choice × grid best | × the peer's | search s |"
+        intro += (
+            " At the peer's time: one more search (seed 1) given the peer's wall time as its "
+            "`budget`, its choice over the grid best and over the peer's, round by round, and "
+            "how long it took (the least search runs whole, past a budget too short for it)."
+        )
+        columns += 3
+    return ["", intro, "", header, "|" + " --- |" * columns, *rows]
+
+
+def _budgeted_cells(section: Mapping[str, Any]) -> list[str]:
+    """The search at the peer's time: its choice over the grid best and over the peer's,
+    and its seconds; dashes where it did not run."""
+    figures = section["figures"].get("budgeted")
+    search = section.get("budgeted")
+    if figures is None or search is None:
+        return ["-", "-", "-"]
+    kept = search.get("search_time")
+    seconds = kept["total_s"] if kept else search["wall_s"]
+    return [vs_grid_text(figures), f"{figures['vs_peer']:.2f}", _seconds(seconds)]

@@ -13,7 +13,7 @@ from benchmarks.agreement._check import rate_text
 from benchmarks.common._stage_times import TimedRow, times_table
 from benchmarks.generalise._check import GridSpec
 from benchmarks.generalise._device import assess_device, device_lines
-from benchmarks.generalise._peer_report import peer_lines, peer_row, side_by_side
+from benchmarks.generalise._peer_report import budgeted_row, peer_lines, peer_row, side_by_side
 from benchmarks.generalise._plot import svg
 from benchmarks.generalise._targets import assess, vs_grid_text
 
@@ -224,8 +224,8 @@ def _rows(section: Mapping[str, Any]) -> list[list[str]]:
                 f"{choice['search_vs_space']:.3f}",
             ]
         )
-    peer = peer_row(section)
-    return rows if peer is None else [*rows, peer]
+    more = [row for row in (peer_row(section), budgeted_row(section)) if row is not None]
+    return [*rows, *more]
 
 
 def _table(header: str, rows: Sequence[Sequence[str]]) -> list[str]:

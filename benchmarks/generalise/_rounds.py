@@ -145,7 +145,8 @@ def finalists(
     measurements: Sequence[Mapping[str, Any]], leaders: int = LEADERS, cpus: int | None = None
 ) -> list[int]:
     """Which measurements the final set takes again, by index: the default loader, every
-    search's choice, the peer's (where one was measured), the ``leaders`` grid points with
+    search's choice, the peer's and the choice at its time (where they were measured), the
+    ``leaders`` grid points with
     the highest first-set medians (a point that is also the default or a choice counts
     among the leaders) and, given the ``cpus``, the default's twin in the grid
     (:func:`default_twin`)."""
@@ -153,7 +154,11 @@ def finalists(
         (i for i, m in enumerate(measurements) if m["grid"]),
         key=lambda i: -measurements[i]["median"],
     )
-    chosen = {i for i, m in enumerate(measurements) if m["default"] or m["seeds"] or m.get("peer")}
+    chosen = {
+        i
+        for i, m in enumerate(measurements)
+        if m["default"] or m["seeds"] or m.get("peer") or m.get("budgeted")
+    }
     twin = default_twin(measurements, cpus) if cpus is not None else None
     return sorted(chosen | set(grid[:leaders]) | ({twin} if twin is not None else set()))
 

@@ -116,7 +116,9 @@ def _final(measurement: Mapping[str, Any]) -> list[float | None] | None:
 def _judged_on_final(measurements: Sequence[Mapping[str, Any]]) -> bool:
     """Whether the final set took every config the verdicts compare: the default, each
     choice (the peer's too) and at least one grid point."""
-    needed = [m for m in measurements if m["default"] or m["seeds"] or m.get("peer")]
+    needed = [
+        m for m in measurements if m["default"] or m["seeds"] or m.get("peer") or m.get("budgeted")
+    ]
     leaders = [m for m in measurements if m["grid"] and _final(m)]
     return bool(leaders) and all(_final(m) for m in needed)
 
@@ -285,9 +287,15 @@ def assess(
         ),
     }
     peer = next((m for m in measurements if m.get("peer")), None)
+    first = first_best["median"] if first_best else 0.0
     if peer is not None:
-        first = first_best["median"] if first_best else 0.0
         figures["peer"] = _peer(peer, best, default_row, reading, first, twin)
+    budgeted = next((m for m in measurements if m.get("budgeted")), None)
+    if budgeted is not None:
+        figures["budgeted"] = {
+            **_peer(budgeted, best, default_row, reading, first, twin),
+            "vs_peer": reading.ratio(budgeted, peer) if peer is not None else 0.0,
+        }
     return {"figures": figures, "verdicts": [v.to_dict() for v in judge(choices)]}
 
 
