@@ -7,12 +7,15 @@
 
 Each part runs in a process of its own, under its own time limit, so that a hang, a
 crash or a failure in one is recorded in the JSON and the next part still runs; the
-whole check fits in :data:`BUDGET_S` (8 minutes on one GPU with 16 cores):
+whole check fits in :data:`BUDGET_S` (8.5 minutes on one GPU with 16 cores):
 
 - ``gpu_tests``: the ``gpu`` test tier (``pytest -m gpu`` of ``tests/test_gpu_real*.py``),
   its counts and failures;
 - ``copy``: pinned and pageable probes with 0 and 4 workers: their wait and copy
   shares of the step, and the sum of the two (at most 1 when the edges are right);
+- ``turns``: the same four configs, and fp16 and bf16 beside each other, measured in
+  turns in one probe process on the device (the way a confirming round measures):
+  each config's samples/s and shares, to read against ``copy``'s probes of their own;
 - ``compute``: a compute-bound probe against a plain synchronised loop (their ratio);
 - ``oom``: a probe that runs the device out of memory for real, then a good probe
   once the memory is back;
@@ -65,11 +68,12 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
-BUDGET_S = 480.0
+BUDGET_S = 510.0
 """The whole check's time limit."""
 LIMITS_S: dict[str, float] = {
     "gpu_tests": 170.0,
     "copy": 40.0,
+    "turns": 30.0,
     "compute": 35.0,
     "oom": 30.0,
     "ddp": 35.0,
@@ -334,6 +338,30 @@ def copy_shares() -> dict[str, Any]:
     return {"configs": configs}
 
 
+def in_turns() -> dict[str, Any]:
+    from autotune import Settings, Workload
+
+    workloads = importlib.import_module("workloads")
+    workload = Workload(dataset=workloads.ImageLikeDataset(), model=workloads.image_linear_model)
+    loaders = [
+        Settings(batch_size=64, num_workers=workers, pin_memory=pinned)
+        for workers in (0, 4)
+        for pinned in (False, True)
+    ]
+    precisions = [Settings(batch_size=64, pin_memory=True, amp=amp) for amp in ("fp16", "bf16")]
+    found = {}
+    for name, configs in (("loaders", loaders), ("amp", precisions)):
+        result = _probe(workload, configs[0], turns=tuple(configs))
+        found[name] = {
+            "whole": "ok" if result.ok else f"{result.failure.kind}: {result.failure.message}",
+            "configs": {
+                settings.describe(): _figures(part)
+                for settings, part in zip(configs, result.turns, strict=True)
+            },
+        }
+    return found
+
+
 def compute_ratio() -> dict[str, Any]:
     from autotune import Settings, Workload
 
@@ -457,6 +485,7 @@ def _example(name: str) -> Any:
 PARTS: dict[str, Callable[[], dict[str, Any]]] = {
     "gpu_tests": gpu_tests,
     "copy": copy_shares,
+    "turns": in_turns,
     "compute": compute_ratio,
     "oom": out_of_memory,
     "ddp": ddp_probe,
