@@ -341,6 +341,27 @@ def search_row(seed: int, searched: Searched, keep_study: bool) -> dict[str, Any
     }
 
 
+def _at_peer_time(
+    workload: BenchWorkload,
+    folder: Path,
+    options: GeneraliseOptions,
+    machine: Machine,
+    say: Say,
+    peer: Mapping[str, Any],
+) -> Searched:
+    """One search (seed 1) given the peer's wall time as its budget."""
+    return run_search(
+        workload,
+        folder,
+        seed=1,
+        trials=options.trials,
+        machine=machine,
+        say=say,
+        tag="generalise-budget",
+        budget=float(peer["wall_s"]),
+    )
+
+
 def run_workload(
     workload: BenchWorkload, options: GeneraliseOptions, machine: Machine, say: Say
 ) -> dict[str, Any]:
@@ -369,16 +390,7 @@ def run_workload(
             else None
         )
         budgeted = (
-            run_search(
-                workload,
-                folder,
-                seed=1,
-                trials=options.trials,
-                machine=machine,
-                say=say,
-                tag="generalise-budget",
-                budget=float(peer["wall_s"]),
-            )
+            _at_peer_time(workload, folder, options, machine, say, peer)
             if peer is not None and options.peer_budget
             else None
         )
@@ -468,16 +480,7 @@ def add_budgeted(
         say("at the peer's time: no peer in this section; nothing searched")
         return dict(section)
     with study_folder(options.study_dir) as folder:
-        budgeted = run_search(
-            workload,
-            folder,
-            seed=1,
-            trials=options.trials,
-            machine=machine,
-            say=say,
-            tag="generalise-budget",
-            budget=float(peer["wall_s"]),
-        )
+        budgeted = _at_peer_time(workload, folder, options, machine, say, peer)
     chosen = budgeted.result.settings
     measurements = [dict(m) for m in section["measurements"]]
     found = next((m for m in measurements if m["settings"] == chosen.to_dict()), None)
