@@ -1,6 +1,6 @@
 """A time budget: the option as given, the plan of made-up stage costs, the deadline that
-holds the later stages to it, and one search under a budget too small for more than the
-least search."""
+holds the later stages to it, one search under a budget too small for more than the least
+search, and one under a budget that fits, ending within it."""
 
 from __future__ import annotations
 
@@ -385,3 +385,35 @@ def test_a_search_under_a_budget_runs_what_it_planned_and_keeps_the_plan(workdir
     assert dataclasses.asdict(autotune.load("studies/budget.db").budget) == dataclasses.asdict(
         budget
     )
+
+
+def test_a_search_under_a_budget_that_fits_ends_within_it(workdir) -> None:
+    said = Messages()
+    result = autotune.search(
+        dataset=workloads.sleepy_dataset,
+        model=workloads.linear_model,
+        batch_size=8,
+        name="fits",
+        space={"num_workers": [0, 1, 2], "threads": 1, "batch_size": [8, 16]},
+        progress=said,
+        # Asked for more than 15 s holds (40 trials alone take longer), so the plan cuts.
+        **quick(
+            trials=40,
+            rounds=3,
+            runoff_rounds=3,
+            finalists=3,
+            bounds=True,
+            ceilings=True,
+            budget="15s",
+        ),
+    )
+    budget, took = result.budget, result.search_time
+    # The plan is an estimate from this search's own probes, made again before each stage:
+    # alone it ends inside the 15 s; with the suite's three test processes on two CPUs a
+    # round can run a second past its estimate, so a tenth of slack, not more.
+    assert took is not None and took.total_s <= 15 * 1.1
+    assert budget is not None and budget.fits and budget.planned_s <= 15
+    assert budget.left_out and budget.trials < 40
+    # The first plan is said after the preflight; the one kept is planned again since.
+    assert said.lines[0].startswith("budget 0:15: planned ")
+    assert result.confirmed and result.baseline is not None
