@@ -362,6 +362,16 @@ def _at_peer_time(
     )
 
 
+def _budgeted_row(
+    budgeted: Searched, peer: Mapping[str, Any], options: GeneraliseOptions
+) -> dict[str, Any]:
+    """The record of the search at the peer's time: its row, and the budget it was given."""
+    return {
+        **search_row(1, budgeted, options.study_dir is not None),
+        "budget_s": float(peer["wall_s"]),
+    }
+
+
 def run_workload(
     workload: BenchWorkload, options: GeneraliseOptions, machine: Machine, say: Say
 ) -> dict[str, Any]:
@@ -433,12 +443,7 @@ def run_workload(
         "searches": searches,
         **({"peer": peer} if peer else {}),
         **(
-            {
-                "budgeted": {
-                    **search_row(1, budgeted, options.study_dir is not None),
-                    "budget_s": float(peer["wall_s"]),
-                }
-            }
+            {"budgeted": _budgeted_row(budgeted, peer, options)}
             if budgeted is not None and peer is not None
             else {}
         ),
@@ -488,11 +493,10 @@ def add_budgeted(
         found = _measurement(Planned(settings=chosen), [], [])
         measurements.append(found)
     found["budgeted"] = True
-    row = search_row(1, budgeted, options.study_dir is not None)
     return {
         **section,
         "measurements": measurements,
-        "budgeted": {**row, "budget_s": float(peer["wall_s"])},
+        "budgeted": _budgeted_row(budgeted, peer, options),
     }
 
 

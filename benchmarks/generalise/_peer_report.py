@@ -76,8 +76,7 @@ def budgeted_row(section: Mapping[str, Any]) -> list[str] | None:
     final = section["figures"].get("judged_on") == "final rounds"
     spread = measured.get("final_spread" if final else "spread")
     spread_text = "-" if spread is None else f"±{100 * spread:.0f}%"
-    kept = search.get("search_time")
-    seconds = kept["total_s"] if kept else search["wall_s"]
+    seconds = _search_seconds(search)
     return [
         f"at the peer's {_seconds(search['budget_s'])} s",
         figures["describe"],
@@ -176,6 +175,11 @@ def _budgeted_cells(section: Mapping[str, Any]) -> list[str]:
     search = section.get("budgeted")
     if figures is None or search is None:
         return ["-", "-", "-"]
-    kept = search.get("search_time")
-    seconds = kept["total_s"] if kept else search["wall_s"]
+    seconds = _search_seconds(search)
     return [vs_grid_text(figures), f"{figures['vs_peer']:.2f}", _seconds(seconds)]
+
+
+def _search_seconds(search: Mapping[str, Any]) -> float:
+    """The search's time by its own clock where it kept one, else its wall time."""
+    kept = search.get("search_time")
+    return float(kept["total_s"]) if kept else float(search["wall_s"])
