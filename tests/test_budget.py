@@ -328,26 +328,34 @@ def test_the_plan_survives_the_study() -> None:
     )
 
 
-def test_a_search_under_a_budget_runs_what_it_planned_and_keeps_the_plan(workdir) -> None:
-    said = Messages()
-    result = autotune.search(
+def _search_everything(
+    name: str, workers: list[int], trials: int, budget: str, said: Messages
+) -> SearchResult:
+    """A search that asks for every stage (bounds, three confirming and runoff rounds,
+    ceilings) on the sleepy dataset, under ``budget``: the plan decides what runs."""
+    return autotune.search(
         dataset=workloads.sleepy_dataset,
         model=workloads.linear_model,
         batch_size=8,
-        name="budget",
-        space={"num_workers": [0, 1], "threads": 1, "batch_size": [8, 16]},
+        name=name,
+        space={"num_workers": workers, "threads": 1, "batch_size": [8, 16]},
         progress=said,
-        # Everything a search does, in a budget too small for more than the least search.
         **quick(
-            trials=8,
+            trials=trials,
             rounds=3,
             runoff_rounds=3,
             finalists=3,
             bounds=True,
             ceilings=True,
-            budget="1s",
+            budget=budget,
         ),
     )
+
+
+def test_a_search_under_a_budget_runs_what_it_planned_and_keeps_the_plan(workdir) -> None:
+    said = Messages()
+    # Everything a search does, in a budget too small for more than the least search.
+    result = _search_everything("budget", [0, 1], trials=8, budget="1s", said=said)
     budget = result.budget
     assert budget is not None and not budget.fits and budget.seconds == 1
     assert budget.planned_s > 1
@@ -389,24 +397,8 @@ def test_a_search_under_a_budget_runs_what_it_planned_and_keeps_the_plan(workdir
 
 def test_a_search_under_a_budget_that_fits_ends_within_it(workdir) -> None:
     said = Messages()
-    result = autotune.search(
-        dataset=workloads.sleepy_dataset,
-        model=workloads.linear_model,
-        batch_size=8,
-        name="fits",
-        space={"num_workers": [0, 1, 2], "threads": 1, "batch_size": [8, 16]},
-        progress=said,
-        # Asked for more than 15 s holds (40 trials alone take longer), so the plan cuts.
-        **quick(
-            trials=40,
-            rounds=3,
-            runoff_rounds=3,
-            finalists=3,
-            bounds=True,
-            ceilings=True,
-            budget="15s",
-        ),
-    )
+    # Asked for more than 15 s holds (40 trials alone take longer), so the plan cuts.
+    result = _search_everything("fits", [0, 1, 2], trials=40, budget="15s", said=said)
     budget, took = result.budget, result.search_time
     # The plan is an estimate from this search's own probes, made again before each stage:
     # alone it ends inside the 15 s; with the suite's three test processes on two CPUs a
