@@ -291,10 +291,10 @@ def assess(
     if peer is not None:
         figures["peer"] = _peer(peer, best, default_row, reading, first, twin)
     budgeted = next((m for m in measurements if m.get("budgeted")), None)
-    if budgeted is not None:
+    if budgeted is not None and peer is not None:
         figures["budgeted"] = {
             **_peer(budgeted, best, default_row, reading, first, twin),
-            "vs_peer": reading.ratio(budgeted, peer) if peer is not None else 0.0,
+            "vs_peer": reading.ratio(budgeted, peer),
         }
     return {"figures": figures, "verdicts": [v.to_dict() for v in judge(choices)]}
 
