@@ -151,18 +151,30 @@ def _link(file: _File, start: Path) -> str:
 
 def _source(file: _File, names: Sequence[str], start: Path) -> str:
     results = file.results
-    commit = (results.get("commit") or "")[:7] or "an unknown commit"
     machine = results.get("machine", {})
     where = f"{machine.get('cpus', '?')} CPUs ({machine.get('cpu_model', '?')})"
     departed = ""
-    if results.get("mode") == "generalise" and results.get("options"):
+    if results.get("mode") in ("generalise", "generalise-rejudged") and results.get("options"):
         found = departures(results["options"])
         departed = f" Not the benchmark's protocol: {'; '.join(found)}." if found else ""
     return (
         f"- {_link(file, start)}: {', '.join(names)}; started {results.get('started', '?')} "
-        f"on {results.get('host', '?')}, {where}, autotune at {commit}"
-        f"{' with local changes' if results.get('dirty') else ''}.{departed}"
+        f"on {results.get('host', '?')}, {where}, {_commits(results)}.{departed}"
     )
+
+
+def _commit(run: Mapping[str, Any]) -> str:
+    commit = (run.get("commit") or "")[:7] or "an unknown commit"
+    return commit + (" with local changes" if run.get("dirty") else "")
+
+
+def _commits(results: Mapping[str, Any]) -> str:
+    """The commit the figures are from; for a run judged again (``--rejudge``), the
+    searches' commits and then the one that measured the final rounds."""
+    if not results.get("rejudged_from"):
+        return f"autotune at {_commit(results)}"
+    searched = ", ".join(sorted({_commit(run) for run in results["rejudged_from"]}))
+    return f"searches at {searched}, judged again at {_commit(results)}"
 
 
 def _misses(sections: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -143,3 +143,16 @@ def test_a_run_off_the_protocol_says_so_and_its_device_miss_is_listed(tmp_path: 
         "- sim-decode: choice keeps the device busy >= 0.95 x min(1, data/device ceiling): "
         "0.945 (bound 0.95); seed 1 busy 0.556 of 0.589" in page
     )
+
+
+def test_a_run_judged_again_names_the_searches_commit_and_the_judges(tmp_path: Path) -> None:
+    # The searches of 2026-12-05-0000 (at e99f0dd, one seed for most workloads) judged
+    # again at 0be528c, with a search at the peer's wall time beside them.
+    name = "generalise-2026-12-05-0630.json"
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / name).write_text((_flags.RESULTS_DIR / name).read_text())
+    page = _page.render(results, tmp_path)
+    departed = "Not the benchmark's protocol: 1 search(es) per workload, not 3."
+    assert f"searches at e99f0dd, judged again at 0be528c. {departed}" in page
+    assert "| sim-ddp | 1.000 | 2.72 | 82 | workers=0 batch=32 (no change) | 0.367 |" in page
