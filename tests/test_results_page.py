@@ -129,14 +129,18 @@ def test_every_file_a_page_links_to_is_there(document: str) -> None:
     assert local and not missing
 
 
-def test_a_run_off_the_protocol_says_so_and_its_device_miss_is_listed(tmp_path: Path) -> None:
-    # The first judgement on the simulated accelerator: one search, not three; its choice
-    # was the grid best, but the device-busy target missed.
-    name = "generalise-2026-12-02-0719.json"
+def _page_of(name: str, tmp_path: Path) -> str:
+    """The page made of one checked-in results file alone."""
     results = tmp_path / "results"
     results.mkdir()
     (results / name).write_text((_flags.RESULTS_DIR / name).read_text())
-    page = _page.render(results, tmp_path)
+    return _page.render(results, tmp_path)
+
+
+def test_a_run_off_the_protocol_says_so_and_its_device_miss_is_listed(tmp_path: Path) -> None:
+    # The first judgement on the simulated accelerator: one search, not three; its choice
+    # was the grid best, but the device-busy target missed.
+    page = _page_of("generalise-2026-12-02-0719.json", tmp_path)
     departed = "Not the benchmark's protocol: 1 search(es) per workload, not 3."
     assert f"autotune at 148b9b5. {departed}" in page
     assert (
@@ -148,11 +152,7 @@ def test_a_run_off_the_protocol_says_so_and_its_device_miss_is_listed(tmp_path: 
 def test_a_run_judged_again_names_the_searches_commit_and_the_judges(tmp_path: Path) -> None:
     # The searches of 2026-12-05-0000 (at e99f0dd, one seed for most workloads) judged
     # again at 0be528c, with a search at the peer's wall time beside them.
-    name = "generalise-2026-12-05-0630.json"
-    results = tmp_path / "results"
-    results.mkdir()
-    (results / name).write_text((_flags.RESULTS_DIR / name).read_text())
-    page = _page.render(results, tmp_path)
+    page = _page_of("generalise-2026-12-05-0630.json", tmp_path)
     departed = "Not the benchmark's protocol: 1 search(es) per workload, not 3."
     assert f"searches at e99f0dd, judged again at 0be528c. {departed}" in page
     assert "| sim-ddp | 1.000 | 2.72 | 82 | workers=0 batch=32 (no change) | 0.367 |" in page
