@@ -24,6 +24,7 @@ from typing import Any
 from benchmarks.agreement._summary import summary as agreement_summary
 from benchmarks.common._flags import RESULTS_DIR
 from benchmarks.generalise._peer_report import side_by_side
+from benchmarks.generalise._report import MODES as GENERALISE_MODES
 from benchmarks.generalise._report import departures, targets_table, times_lines
 from benchmarks.online._check import summary as online_summary
 from benchmarks.suite._report import verdict_summary
@@ -65,7 +66,7 @@ SUITES = (
         command="generalise",
         title="The choice against the checker's grid",
         pattern="generalise-*.json",
-        modes=("generalise", "generalise-rejudged"),
+        modes=GENERALISE_MODES,
         summary=_generalise_lines,
     ),
     Suite(
@@ -154,7 +155,7 @@ def _source(file: _File, names: Sequence[str], start: Path) -> str:
     machine = results.get("machine", {})
     where = f"{machine.get('cpus', '?')} CPUs ({machine.get('cpu_model', '?')})"
     departed = ""
-    if results.get("mode") in ("generalise", "generalise-rejudged") and results.get("options"):
+    if results.get("mode") in GENERALISE_MODES and results.get("options"):
         found = departures(results["options"])
         departed = f" Not the benchmark's protocol: {'; '.join(found)}." if found else ""
     return (
