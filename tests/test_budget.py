@@ -19,7 +19,7 @@ from autotune import ConfigError, SearchOptions
 from autotune.cli import main
 from autotune.decide import RUNOFF, round_length
 from autotune.explore import BoundsLeft
-from autotune.pipeline._budget import ENOUGH_TRIALS, MIN_TRIALS, Deadline, plan
+from autotune.pipeline._budget import ENOUGH_TRIALS, MIN_TRIALS, RESERVE, Deadline, plan
 from autotune.pipeline._costs import ProbeCost, SearchShape, stage_seconds, trial_windows
 from autotune.probe import REWARM_SECONDS
 from autotune.result import BudgetPlan, SearchResult
@@ -163,14 +163,15 @@ def test_the_deadline_plans_again_before_each_stage_and_records_what_it_cut() ->
     deadline = Deadline(100.0, started=0.0, shape=SHAPE, cost=COST, clock=clock)
     clock.now = SPENT
     options = deadline.first_plan(GIVEN, said)
-    assert deadline.plan is not None and deadline.plan.planned_s <= 100
+    # Every plan fits the budget less its reserve.
+    assert deadline.plan is not None and deadline.plan.planned_s <= 100 * (1 - RESERVE)
     assert said.lines == [deadline.plan.describe()]
     assert deadline.plan.stages[0] == ("preflight", SPENT)
     assert [stage for stage, _ in deadline.plan.stages] == ["preflight", "explore", "confirm"]
     # Exploring: no trial starts after the time that leaves a full trial and one
-    # confirming round (35 s) before the end.
+    # confirming round (35 s) before the reserve.
     exploring = deadline.exploring(options, said)
-    assert exploring.timeout == pytest.approx(100 - SPENT - 35 - 5)
+    assert exploring.timeout == pytest.approx(100 * (1 - RESERVE) - SPENT - 35 - 5)
     # Exploring overran to 80 s: one round of 7 probes no longer fits, it runs anyway.
     clock.now = 80.0
     confirming = deadline.confirming(exploring, 4 + 1, said)
@@ -191,16 +192,16 @@ def test_the_deadline_plans_again_before_each_stage_and_records_what_it_cut() ->
 
 def test_a_round_longer_than_planned_costs_the_later_stages_in_the_plans_order() -> None:
     clock, said = Clock(), Messages()
-    deadline = Deadline(260.0, started=0.0, shape=SHAPE, cost=COST, clock=clock)
+    deadline = Deadline(280.0, started=0.0, shape=SHAPE, cost=COST, clock=clock)
     clock.now = SPENT
     options = deadline.first_plan(GIVEN, said)
-    assert options == GIVEN  # 251 s planned
+    assert options == GIVEN  # 251 s planned, in the 252 s the reserve leaves
     clock.now = SPENT + 24 + 40  # bounds, sweep and exploration as planned
     # 10 configs in a round beside the default, not the 4 planned: 16 probes a round.
     confirming = deadline.confirming(options, 10 + 1, said)
     assert (confirming.rounds, confirming.runoff_rounds, confirming.ceilings) == (2, 0, False)
     assert said.lines[-1] == (
-        "budget: 3:14 left; left out: the ceilings, the runoff, confirming rounds 3 -> 2"
+        "budget: 3:34 left; left out: the ceilings, the runoff, confirming rounds 3 -> 2"
     )
     assert deadline.plan is not None
     assert deadline.plan.left_out == ("the ceilings", "the runoff", "confirming rounds 3 -> 2")
@@ -227,12 +228,12 @@ def test_time_an_earlier_stage_left_unspent_brings_back_what_the_plan_cut() -> N
 
 def test_the_ceilings_are_skipped_when_the_rounds_overran() -> None:
     clock, said = Clock(), Messages()
-    deadline = Deadline(260.0, started=0.0, shape=SHAPE, cost=COST, clock=clock)
+    deadline = Deadline(280.0, started=0.0, shape=SHAPE, cost=COST, clock=clock)
     clock.now = SPENT
     options = deadline.first_plan(GIVEN, said)
-    clock.now = 250.0  # 20 s of ceilings no longer fit
+    clock.now = 250.0  # 20 s of ceilings no longer fit before the reserve (252 s)
     assert not deadline.keeps_ceilings(options, said)
-    assert said.lines[-1] == "budget: 0:10 left; left out: the ceilings"
+    assert said.lines[-1] == "budget: 0:30 left; left out: the ceilings"
     clock.now = 230.0
     assert deadline.keeps_ceilings(options, said)
 
@@ -400,9 +401,9 @@ def test_a_search_under_a_budget_that_fits_ends_within_it(workdir) -> None:
     # Asked for more than 15 s holds (40 trials alone take longer), so the plan cuts.
     result = _search_everything("fits", [0, 1, 2], trials=40, budget="15s", said=said)
     budget, took = result.budget, result.search_time
-    # The plan is an estimate from this search's own probes, made again before each stage:
-    # alone it ends inside the 15 s; with the suite's three test processes on two CPUs a
-    # round can run a second past its estimate, so a tenth of slack, not more.
+    # The plan is an estimate from this search's own probes, made again before each stage
+    # into the 13.5 s the reserve leaves: with the suite's three test processes on two CPUs
+    # a round can run past its estimate by more than the reserve, so a tenth of slack.
     assert took is not None and took.total_s <= 15 * 1.1
     assert budget is not None and budget.fits and budget.planned_s <= 15
     assert budget.left_out and budget.trials < 40

@@ -20,6 +20,10 @@ A plan gives up what harms the choice least first, and only what saves time:
 One confirming round of the finalists beside the default loader always runs, as the
 choice rests on it: where even that least search does not fit, it runs all the same
 and the plan says so.
+
+Every plan fits the budget less :data:`RESERVE` of it: a plan is an estimate
+from probes timed earlier, and a stage runs past it when the machine is busier than
+it was then.
 """
 
 from __future__ import annotations
@@ -46,6 +50,16 @@ MIN_TRIALS = 3
 ENOUGH_TRIALS = 8
 """Trials a budget keeps before it gives up confirming rounds: the usual starting points
 and a few configs of the sampler's own."""
+
+RESERVE = 0.1
+"""The share of a budget a plan keeps back for its estimates' error."""
+
+
+def room(budget_s: float) -> float:
+    """The seconds a plan of ``budget_s`` fits its stages into: the budget less its
+    :data:`RESERVE`."""
+    return budget_s * (1 - RESERVE)
+
 
 _Step = Callable[[SearchOptions, int], tuple[SearchOptions, int]]
 """A cut: (options, the fewest trials allowed) -> the same, with less to run."""
@@ -193,8 +207,9 @@ class Deadline:
     """A search's budget in force: the plan made after the preflight, and the stages left
     planned again before each later stage, into the time then left, from the user's
     options for them: a stage that would overrun is shortened or skipped, and one an
-    earlier stage's unspent time makes room for comes back. Without a budget
-    (``budget_s`` None) every check gives the options back as they are."""
+    earlier stage's unspent time makes room for comes back. Every plan fits the budget
+    less its :data:`RESERVE`. Without a budget (``budget_s`` None) every check gives the
+    options back as they are."""
 
     def __init__(
         self,
@@ -207,6 +222,8 @@ class Deadline:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.budget_s = budget_s
+        self.room_s = 0.0 if budget_s is None else room(budget_s)
+        """The seconds the plans fit: the budget less its reserve."""
         self.started = started
         self.shape = shape
         self.cost = cost
@@ -230,9 +247,7 @@ class Deadline:
         if self.budget_s is None:
             return options
         spent = self.spent()
-        found = plan(
-            options, budget_s=self.budget_s, spent_s=spent, shape=self.shape, cost=self.cost
-        )
+        found = plan(options, budget_s=self.room_s, spent_s=spent, shape=self.shape, cost=self.cost)
         self.plan = record(options, found, budget_s=self.budget_s, spent_s=spent)
         self.given, self._overrun = options, not found.fits  # the plan's line says so
         progress.message(self.plan.describe())
@@ -250,7 +265,7 @@ class Deadline:
         later = sum(s for stage, s in stages.items() if stage != "explore")
         full = self.cost.seconds(planned.max_windows)
         least = min(planned.trials, MIN_TRIALS) * full / max(1, self.shape.slots)
-        timeout = max(least, self.budget_s - self.spent() - later - full)
+        timeout = max(least, self.room_s - self.spent() - later - full)
         if planned.timeout is not None:
             timeout = min(timeout, planned.timeout)
         return dataclasses.replace(planned, timeout=timeout)
@@ -317,7 +332,7 @@ class Deadline:
         ahead = [name for stage, names in _READS.items() if stage not in done for name in names]
         found = plan(
             dataclasses.replace(options, **{name: getattr(self.given, name) for name in ahead}),
-            budget_s=self.budget_s,
+            budget_s=self.room_s,
             spent_s=spent,
             shape=self._shape(done, round_configs),
             cost=self.cost,

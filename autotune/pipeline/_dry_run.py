@@ -9,7 +9,7 @@ from typing import Any
 
 from autotune._format import format_duration
 from autotune.explore import readings_left, sweep_left
-from autotune.pipeline._budget import plan, record
+from autotune.pipeline._budget import plan, record, room
 from autotune.pipeline._costs import PROBE_START_S, ProbeCost, SearchShape, stage_seconds
 from autotune.pipeline._setup import Setup, inputs, prepare
 from autotune.workload import SearchOptions
@@ -103,7 +103,7 @@ def _budget_line(
     plans again once its preflight has measured them."""
     found = plan(
         options,
-        budget_s=budget_s,
+        budget_s=room(budget_s),
         spent_s=PROBE_START_S,
         shape=_shape(setup, user_space, options),
         cost=ProbeCost.of(options),
