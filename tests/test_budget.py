@@ -177,7 +177,8 @@ def test_the_deadline_plans_again_before_each_stage_and_records_what_it_cut() ->
     confirming = deadline.confirming(exploring, 4 + 1, said)
     assert confirming.rounds == 1
     assert said.lines[-1] == (
-        "budget: 0:20 left, short of the least of the stages left, which run all the same"
+        "budget: 0:20 left (0:10 of it kept in reserve), short of the least of the stages"
+        " left, which run all the same"
     )
     clock.now = 80.0 + 35  # the round ran
     assert not deadline.keeps_ceilings(confirming, said)
@@ -201,7 +202,8 @@ def test_a_round_longer_than_planned_costs_the_later_stages_in_the_plans_order()
     confirming = deadline.confirming(options, 10 + 1, said)
     assert (confirming.rounds, confirming.runoff_rounds, confirming.ceilings) == (2, 0, False)
     assert said.lines[-1] == (
-        "budget: 3:34 left; left out: the ceilings, the runoff, confirming rounds 3 -> 2"
+        "budget: 3:34 left (0:28 of it kept in reserve); left out: the ceilings, the runoff,"
+        " confirming rounds 3 -> 2"
     )
     assert deadline.plan is not None
     assert deadline.plan.left_out == ("the ceilings", "the runoff", "confirming rounds 3 -> 2")
@@ -216,7 +218,9 @@ def test_time_an_earlier_stage_left_unspent_brings_back_what_the_plan_cut() -> N
     clock.now = SPENT + 10  # exploring stopped early, 30 s before its plan
     confirming = deadline.confirming(options, 4 + 1, said)
     assert (confirming.rounds, confirming.runoff_rounds, confirming.ceilings) == (2, 0, False)
-    assert said.lines[-1] == "budget: 1:28 left; back in: confirming rounds 1 -> 2"
+    assert said.lines[-1] == (
+        "budget: 1:28 left (0:10 of it kept in reserve); back in: confirming rounds 1 -> 2"
+    )
     assert deadline.plan is not None
     assert deadline.plan.left_out == (
         "the ceilings",
@@ -233,7 +237,9 @@ def test_the_ceilings_are_skipped_when_the_rounds_overran() -> None:
     options = deadline.first_plan(GIVEN, said)
     clock.now = 250.0  # 20 s of ceilings no longer fit before the reserve (252 s)
     assert not deadline.keeps_ceilings(options, said)
-    assert said.lines[-1] == "budget: 0:30 left; left out: the ceilings"
+    assert said.lines[-1] == (
+        "budget: 0:30 left (0:28 of it kept in reserve); left out: the ceilings"
+    )
     clock.now = 230.0
     assert deadline.keeps_ceilings(options, said)
 
@@ -405,7 +411,7 @@ def test_a_search_under_a_budget_that_fits_ends_within_it(workdir) -> None:
     # into the 13.5 s the reserve leaves: with the suite's three test processes on two CPUs
     # a round can run past its estimate by more than the reserve, so a tenth of slack.
     assert took is not None and took.total_s <= 15 * 1.1
-    assert budget is not None and budget.fits and budget.planned_s <= 15
+    assert budget is not None and budget.fits and budget.planned_s <= 15 * (1 - RESERVE)
     assert budget.left_out and budget.trials < 40
     # The first plan is said after the preflight; the one kept is planned again since.
     assert said.lines[0].startswith("budget 0:15: planned ")

@@ -337,7 +337,9 @@ class Deadline:
             shape=self._shape(done, round_configs),
             cost=self.cost,
         )
-        left = f"budget: {format_duration(max(0.0, self.budget_s - spent))} left"
+        left_s = max(0.0, self.budget_s - spent)
+        kept = format_duration(min(left_s, self.budget_s - self.room_s))
+        left = f"budget: {format_duration(left_s)} left ({kept} of it kept in reserve)"
         dropped, restored = changes(options, found.options)
         said = [
             f"{what}: {', '.join(phrases)}"
