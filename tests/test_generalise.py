@@ -513,9 +513,11 @@ def test_the_markdown_and_the_plot_show_every_choice(
     assert json.loads(json_path.read_text())["workloads"][1] == broken
 
     stale = dict(section, name="io-bound", verdicts=[], figures={})  # from an older version
-    again = dict(results, workloads=[stale], commit="abcdef0")
+    # Run first, though given last: the merged run started when it did.
+    again = dict(results, workloads=[stale], commit="abcdef0", started="2026-11-30T09:00:00")
     (tmp_path / "h.json").write_text(json.dumps(again))
     merged = _generalise_report.merge([json_path, tmp_path / "h.json"])
+    assert merged["started"] == "2026-11-30T09:00:00"
     assert [s["name"] for s in merged["workloads"]] == ["compute-bound", "io-bound"]
     assert "error" not in merged["workloads"][1]  # the later run's io-bound, judged again
     assert merged["workloads"][1]["verdicts"] == section["verdicts"]

@@ -533,9 +533,9 @@ def _judged_again(section: dict[str, Any]) -> dict[str, Any]:
 
 
 def merge(paths: Sequence[Path]) -> dict[str, Any]:
-    """Several runs' results as one: the first run's header, every run's workloads in
-    order (a workload run twice: the later run's) judged again by this version's rules,
-    and where each came from.
+    """Several runs' results as one: the first run's header, started when the earliest
+    run did, every run's workloads in order (a workload run twice: the later run's)
+    judged again by this version's rules, and where each came from.
 
     Raises:
         ValueError: a file that is not a generalisation run's results.
@@ -558,6 +558,9 @@ def merge(paths: Sequence[Path]) -> dict[str, Any]:
     merged = dict(runs[0][1])
     merged["workloads"] = list(sections.values())
     merged["wall_s"] = sum(data.get("wall_s", 0.0) for _, data in runs)
+    starts = [str(data["started"]) for _, data in runs if data.get("started")]
+    if starts:
+        merged["started"] = min(starts)  # ISO times: the earliest sorts first
     merged["merged_from"] = [
         {
             "path": str(path),
