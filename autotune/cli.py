@@ -26,6 +26,9 @@ from autotune._errors import AutotuneError, FingerprintWarning
 
 if TYPE_CHECKING:
     from autotune.result import SearchResult
+    from autotune.study import StudyLocation
+
+_STUDY_HELP = "a study name, a .db path, or a storage URL (postgresql://USER:PASS@HOST/DB)"
 
 SEARCH_EXAMPLES = """examples:
   autotune search examples/quickstart.py                 tune, print the best, save the study
@@ -48,10 +51,11 @@ SEARCH_FLAGS: dict[str, dict[str, Any]] = {
     "trials": {},
     "timeout": {},
     "budget": {"type": str, "metavar": "TIME"},
-    "study": {},
+    "study": {"metavar": "PATH|URL"},
+    "study_name": {"metavar": "NAME"},
     "seed": {},
     "resume": {},
-    "warm_start": {"metavar": "STUDY"},
+    "warm_from": {"type": str, "action": "append", "metavar": "STUDY"},
     "gpus": {"type": str},
     "ranks": {},
     "backend": {},
@@ -174,7 +178,7 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     show = commands.add_parser("show", help="the best settings and the trials of a study")
-    show.add_argument("study", help="a study name or .db path")
+    show.add_argument("study", help=_STUDY_HELP)
     show.add_argument(
         "--json",
         action="store_true",
@@ -183,13 +187,13 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     export = commands.add_parser("export", help="the best settings of a study as JSON")
-    export.add_argument("study", help="a study name or .db path")
+    export.add_argument("study", help=_STUDY_HELP)
     export.add_argument("-o", "--output", help="write to this file instead of stdout")
 
     report = commands.add_parser(
         "report", help="the diagnosis, plots and trials of a study as HTML or Markdown"
     )
-    report.add_argument("study", help="a study name or .db path")
+    report.add_argument("study", help=_STUDY_HELP)
     report.add_argument(
         "-o",
         "--output",
@@ -200,6 +204,12 @@ def _parser() -> argparse.ArgumentParser:
         "--format", choices=("html", "md"), default="html", help="html (with plots) or md"
     )
 
+    for sub in (show, export, report):
+        sub.add_argument(
+            "--study-name",
+            metavar="NAME",
+            help="the study's name in a storage that holds several (default: its only one)",
+        )
     for sub in (search, show, export, report):
         sub.add_argument("--debug", action="store_true", help="show tracebacks")
     return parser
@@ -250,7 +260,11 @@ def _search(args: argparse.Namespace) -> int:
     from autotune.pipeline import search
     from autotune.progress import make_progress
 
-    options = {name: getattr(args, name) for name in SEARCH_FLAGS}
+    # A repeated flag (--warm-from A --warm-from B) arrives as a list: its option's tuple.
+    options = {
+        name: tuple(value) if isinstance(value := getattr(args, name), list) else value
+        for name in SEARCH_FLAGS
+    }
     if args.dry_run:
         from autotune.pipeline import dry_run
 
@@ -277,14 +291,14 @@ def _show(args: argparse.Namespace) -> int:
         start_lines,
         trials_table,
     )
-    from autotune.study import STARTS, open_study, read_meta, records, resolve
+    from autotune.study import STARTS, open_study, read_meta, records
 
-    path, name = resolve(args.study, Path(args.study).stem)
-    study = open_study(path, name, create=False)
+    where = _where(args)
+    study = open_study(where, create=False)
     read_meta(study)  # refuses a study this version cannot read
     trials = records(study)
     try:
-        result: SearchResult | None = result_of(study, path=path)
+        result: SearchResult | None = result_of(study, where=where)
         error = None
     except AutotuneError as failure:
         result, error = None, str(failure)
@@ -293,12 +307,12 @@ def _show(args: argparse.Namespace) -> int:
         _warn_if_moved(result)
     starts = list(study.user_attrs.get(STARTS) or [])
     if args.json:
-        data: dict[str, Any] = {"study": {"name": study.study_name, "path": str(path)}}
+        data: dict[str, Any] = {"study": {"name": study.study_name, "path": str(where)}}
         data.update(show_json(result, diagnoses, error))
         data["starts"] = starts
         print(json.dumps(data, indent=2, sort_keys=True))
         return 0
-    print(f"study {study.study_name!r} in {path}: {counts_line(trials)}")
+    print(f"study {study.study_name!r} in {where}: {counts_line(trials)}")
     for line in start_lines(starts):
         print(line)
     if result is not None:
@@ -313,10 +327,10 @@ def _show(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     from autotune.output import result_of
-    from autotune.study import open_study, resolve
+    from autotune.study import open_study
 
-    path, name = resolve(args.study, Path(args.study).stem)
-    result = result_of(open_study(path, name, create=False), path=path)
+    where = _where(args)
+    result = result_of(open_study(where, create=False), where=where)
     _warn_if_moved(result)
     text = json.dumps(result.to_dict(), indent=2, sort_keys=True)
     if args.output:
@@ -329,18 +343,25 @@ def _export(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from autotune.output import report
-    from autotune.study import resolve
 
+    where = _where(args)
     output = args.output
     if output is None and args.format == "html":
-        path, _ = resolve(args.study, Path(args.study).stem)
-        output = str(path.with_suffix(".html"))
+        output = str(where.path.with_suffix(".html") if where.path else f"{where.name}.html")
     if output is None or output == "-":
-        sys.stdout.write(report(args.study, format=args.format))
+        sys.stdout.write(report(where, format=args.format))
         return 0
-    report(args.study, output, format=args.format)
+    report(where, output, format=args.format)
     print(f"wrote {output}", file=sys.stderr)
     return 0
+
+
+def _where(args: argparse.Namespace) -> StudyLocation:
+    """The study that ``show``, ``export`` and ``report`` read: a path or a URL, and the
+    name given with ``--study-name``."""
+    from autotune.study import locate
+
+    return locate(args.study, None, name=args.study_name)
 
 
 def _warn_if_moved(result: SearchResult) -> None:

@@ -54,7 +54,8 @@ from autotune.probe._placement import PLACEMENT, plan_placement
 from autotune.progress._progress import QuietProgress
 from autotune.result._launch import ddp_code, lr_note, torchrun_line
 from autotune.settings._settings import Settings
-from autotune.study._study import storage as study_storage
+from autotune.study import locate
+from autotune.study._storage import open_storage
 from autotune.workload._options import SearchOptions
 from autotune.workload._workload import Workload
 
@@ -517,7 +518,9 @@ def test_ctrl_c_stops_trials_running_in_parallel_and_keeps_them(write_config, wo
                 # Opened as the search opens it, under the study directory's lock: a plain
                 # load_study could create the tables while the search does, and fail it
                 # ("table trial_values already exists").
-                opened = study_storage(workdir / "studies" / "config.db", must_exist=True)
+                opened = open_storage(
+                    locate(workdir / "studies" / "config.db", None), must_exist=True
+                )
                 trials = optuna.load_study(study_name="config", storage=opened).trials
             except Exception:  # the study is not created yet
                 continue

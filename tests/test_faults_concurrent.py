@@ -11,7 +11,7 @@ from faults import NAME, Running, finished_numbers
 from test_faults_interrupt import LONG
 from workloads import TWO_SEARCHES_STUDY
 
-from autotune.study._study import GROUP, OWNER, ROLE, TrialRecord
+from autotune.study import GROUP, OWNER, ROLE, TrialRecord
 
 BOTH = dataclasses.replace(
     LONG,

@@ -17,7 +17,7 @@ from conftest import TESTS
 import autotune
 from autotune.cli import main
 from autotune.machine import detect_machine, usable_cpus
-from autotune.study import META, open_study, records
+from autotune.study import META, locate, open_study, records
 
 DATA = TESTS / "data"
 OLD_STUDY = DATA / "study_v0_1.db"
@@ -63,7 +63,7 @@ def test_export_writes_the_same_settings(old_study: Path) -> None:
 
 
 def test_records_read_every_trial(old_study: Path) -> None:
-    study = open_study(old_study, old_study.stem, create=False)
+    study = open_study(locate(old_study, None, name=old_study.stem), create=False)
     trials = records(study)
     assert [r.role for r in trials] == ["explore"] * 4 + ["confirm", "baseline"]
     assert [r.state for r in trials[:4]] == ["COMPLETE", "COMPLETE", "PRUNED", "PRUNED"]
@@ -74,7 +74,7 @@ def test_a_search_resumes_it(old_study: Path) -> None:
     # The study was written on another machine than the one this test may run on: a
     # search refuses to mix figures across machines (tested in test_faults_study), so
     # the copy is first told it was measured here. Only the fingerprint changes.
-    study = open_study(old_study, old_study.stem, create=False)
+    study = open_study(locate(old_study, None, name=old_study.stem), create=False)
     meta = dict(study.user_attrs[META])
     meta["machine"] = detect_machine(None).to_dict()
     meta["placement"] = {**meta["placement"], "rank_cpus": usable_cpus()}

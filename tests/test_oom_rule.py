@@ -13,7 +13,7 @@ from autotune.explore._ruled_out import OutOfMemoryRule
 from autotune.probe import Failure
 from autotune.probe._failure import classify, on_device
 from autotune.settings._settings import Settings
-from autotune.study._study import TrialRecord
+from autotune.study import TrialRecord
 
 DEVICE_FULL = [
     torch.OutOfMemoryError(

@@ -16,6 +16,7 @@ from autotune.study import (
     backing_storage,
     frozen_trial,
     id_in_storage,
+    locate,
     new_trial,
     open_study,
     storage_of,
@@ -25,7 +26,7 @@ from autotune.study._optuna_private import StaleFilteringStorage
 
 @pytest.fixture
 def study(tmp_path: Path) -> optuna.Study:
-    return open_study(tmp_path / "s.db", "s", create=True)
+    return open_study(locate(tmp_path / "s.db", None, name="s"), create=True)
 
 
 def test_the_storage_and_the_trial_ids_are_the_ones_optuna_uses(study: optuna.Study) -> None:

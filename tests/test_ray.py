@@ -40,7 +40,7 @@ from autotune.probe import Figures, ProbeRequest, Window, WorkloadSource
 from autotune.progress import QuietProgress
 from autotune.settings import Settings
 from autotune.space import build_space
-from autotune.study import ROLE, open_study
+from autotune.study import ROLE, locate, open_study
 
 GPU_NODE = {"CPU": 64.0, "GPU": 8.0}
 CPU_HEAD = {"CPU": 16.0}
@@ -179,7 +179,7 @@ def test_a_trial_probes_at_the_driver_s_niceness_where_it_may() -> None:
 
 def test_a_trial_at_a_lower_priority_than_the_driver_is_said_once(tmp_path) -> None:
     progress = Messages()
-    study = open_study(tmp_path / "s.db", "s", create=True)
+    study = open_study(locate(tmp_path / "s.db", None, name="s"), create=True)
     book = TrialBook(_plan(study, progress), exploring=True, count=3, timeout=None)
     for tune_id, niceness in (("same", book.niceness), ("nice", 15), ("again", 15)):
         _propose(book, tune_id)
@@ -246,13 +246,13 @@ def test_a_trial_takes_its_node_s_gpu_memory_share_and_config_copy(monkeypatch, 
 
 def test_a_study_s_storage_pickles(tmp_path) -> None:
     # Ray Tune pickles its searcher, which holds the study and its storage.
-    study = open_study(tmp_path / "s.db", "s", create=True)
+    study = open_study(locate(tmp_path / "s.db", None, name="s"), create=True)
     copy = pickle.loads(pickle.dumps(study._storage))
     assert copy.get_all_studies()[0].study_name == "s"
 
 
 def test_a_resumed_search_prunes_against_the_trials_already_in_the_study(tmp_path) -> None:
-    study = open_study(tmp_path / "s.db", "s", create=True)
+    study = open_study(locate(tmp_path / "s.db", None, name="s"), create=True)
     for value in (100.0, 200.0, 300.0, 400.0, 500.0):  # an earlier search's first windows
         study.add_trial(
             optuna.trial.create_trial(
@@ -284,7 +284,7 @@ def test_a_resumed_search_prunes_against_the_trials_already_in_the_study(tmp_pat
 def test_a_confirming_trial_is_complete_when_its_windows_ended_steady(
     tmp_path, rates, state
 ) -> None:
-    study = open_study(tmp_path / "s.db", "s", create=True)
+    study = open_study(locate(tmp_path / "s.db", None, name="s"), create=True)
     (attrs,) = group_attrs([Settings(batch_size=8)], ["baseline"], 1)[1]
     book = TrialBook(_plan(study), exploring=False, count=1, timeout=None, fixed=[attrs])
     with warnings.catch_warnings():

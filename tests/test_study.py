@@ -20,18 +20,52 @@ from autotune.study import (
     OWNER,
     RESULT,
     Heartbeat,
+    StudyLocation,
     fail_abandoned,
+    locate,
     open_study,
     owner,
-    resolve,
 )
 
 
-def test_resolve_names_and_paths() -> None:
-    assert resolve(None, "quickstart") == (Path("studies/quickstart.db"), "quickstart")
-    assert resolve("mine", "x") == (Path("studies/mine.db"), "mine")
-    assert resolve("out/run.db", "x") == (Path("out/run.db"), "run")
-    assert resolve("/abs/a.db", "x") == (Path("/abs/a.db"), "a")
+def test_a_study_is_named_by_a_name_a_path_or_a_url() -> None:
+    def where(study: str | None, default: str | None = "x", **kw: str) -> tuple[object, ...]:
+        found = locate(study, default, **kw)
+        return (found.path, found.url, found.name)
+
+    assert where(None, "quickstart") == (Path("studies/quickstart.db"), None, "quickstart")
+    assert where("mine") == (Path("studies/mine.db"), None, "mine")
+    assert where("out/run.db") == (Path("out/run.db"), None, "run")
+    assert where("/abs/a.db") == (Path("/abs/a.db"), None, "a")
+    assert where("/abs/a.db", name="other") == (Path("/abs/a.db"), None, "other")
+    # A URL: a database; its study is named by --study-name, else the config's name.
+    url = "postgresql://bob:secret@db.example:5432/tuning"
+    assert where(url) == (None, url, "x")
+    assert where(url, name="team") == (None, url, "team")
+    assert where(url, None) == (None, url, None)  # show: the only study there
+    # sqlite:/// is a file, checked and locked as a path is.
+    assert where("sqlite:///runs/b.db") == (Path("runs/b.db"), None, None)
+    assert where("sqlite:////abs/b.db", name="b") == (Path("/abs/b.db"), None, "b")
+
+
+def test_a_url_is_shown_without_its_password() -> None:
+    shown = str(locate("postgresql://bob:secret@db.example/tuning", "x"))
+    assert shown == "postgresql://bob:***@db.example/tuning"
+    assert str(StudyLocation(name="a", path=Path("s/a.db"))) == "s/a.db"
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("redis://localhost/0", "'redis' is not a database a study can be kept in"),
+        ("sqlite:///:memory:", "an in-memory database keeps nothing"),
+        ("sqlite://", "expected sqlite:///PATH naming a file"),
+    ],
+)
+def test_a_url_of_no_study_storage_is_refused_in_one_line(url: str, expected: str) -> None:
+    with pytest.raises(StudyError, match=expected) as raised:
+        locate(url, "x")
+    assert "\n" not in str(raised.value)
 
 
 def test_load_by_path_and_the_loader(saved_study: Path) -> None:
@@ -81,7 +115,7 @@ def running(study: optuna.Study, who: dict | None, *, beat: bool = True) -> int:
 
 def test_trials_of_a_search_gone_are_failed_with_why_and_only_those(tmp_path) -> None:
     path = tmp_path / "s.db"
-    study = open_study(path, "s", create=True)
+    study = open_study(locate(path, None, name="s"), create=True)
     elsewhere = {"host": "elsewhere", "pid": 4321, "started": 0.0}
     dead_here = {**owner(), "pid": 2**22 + 1}  # above any pid Linux gives
     ids = {
@@ -115,7 +149,7 @@ def test_trials_of_a_search_gone_are_failed_with_why_and_only_those(tmp_path) ->
 
 
 def test_a_trial_run_outside_optuna_s_loop_beats_while_it_runs(tmp_path) -> None:
-    study = open_study(tmp_path / "s.db", "s", create=True)
+    study = open_study(locate(tmp_path / "s.db", None, name="s"), create=True)
     trial_id = running(study, owner(), beat=False)
     with Heartbeat(study) as heartbeat:
         heartbeat.add(trial_id)  # the first beat at once

@@ -103,34 +103,39 @@ def test_a_study_of_another_torch_seeds_a_new_study_with_its_finalists(
     with_machine(load(old), torch_version="0.0-another")
     # Into the old study itself, the figures would not compare: the refusal says how
     # to start from it instead.
-    with pytest.raises(StudyError, match=rf"--warm-start {old} to try its finalists first"):
+    with pytest.raises(StudyError, match=rf"--warm-from {old} to try its finalists first"):
         search_like_the_small_study(old)
 
     new = workdir / "new.db"
-    _, lines = search_like_the_small_study(new, warm_start=str(old))
-    assert "warm start: the " in lines and "(measured with torch 0.0-another -> " in lines
+    _, lines = search_like_the_small_study(new, warm_from=(str(old),))
+    assert "warm start: the " in lines
+    assert "(the same workload, measured with torch 0.0-another -> " in lines
     earlier = autotune.SearchResult.from_dict(load(old).user_attrs[RESULT])
     first = records(load(new))[0]
     assert first.settings == earlier.settings  # the earlier choice first
     assert load(new).trials[0].user_attrs[PROPOSED_BY] == WARM_START
     (start,) = load(new).user_attrs[STARTS]
-    assert start["source"] == str(old)
+    assert start["source"] == f"study 'copy' in {old}"
 
     assert main(["show", str(new)]) == 0
-    assert f"finalist(s) of {old}" in capsys.readouterr().out
+    assert f"finalist(s) of study 'copy' in {old}" in capsys.readouterr().out
 
 
 def test_a_warm_start_needs_a_near_machine_and_a_new_study(saved_study, workdir) -> None:
     old = copy_of(saved_study, workdir)
     with pytest.raises(ConfigError, match="is the study this search adds to"):
-        search_like_the_small_study(old, warm_start=str(old))
+        search_like_the_small_study(old, warm_from=(str(old),))
     study = load(old)
     cpus = study.user_attrs[META]["machine"]["cpus"]
     with_machine(study, cpus=cpus + 6)
-    with pytest.raises(StudyError, match=rf"other CPUs or GPUs \(CPUs {cpus + 6} -> {cpus}\)"):
-        search_like_the_small_study(workdir / "new.db", warm_start=str(old))
+    # A far machine is passed over, saying why; the search goes on without it.
+    _, lines = search_like_the_small_study(workdir / "new.db", warm_from=(str(old),))
+    assert f"other CPUs or GPUs (CPUs {cpus + 6} -> {cpus}) (passed over)" in lines
+    assert not load(workdir / "new.db").user_attrs.get(STARTS)
     with_machine(study, cpus=cpus)
     (workdir / "other").mkdir()
     other = copy_of(saved_study, workdir / "other")
     with pytest.raises(ConfigError, match=r"seeds a new study, and .* has trials already"):
-        search_like_the_small_study(other, warm_start=str(old))
+        search_like_the_small_study(other, warm_from=(str(old),))
+    with pytest.raises(StudyError, match=r"--warm-from .*missing.db: no study at"):
+        search_like_the_small_study(workdir / "third.db", warm_from=(str(workdir / "missing.db"),))

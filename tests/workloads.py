@@ -156,7 +156,7 @@ def stream_dataset() -> IterableDataset:
 TWO_SEARCHES_STUDY = "AUTOTUNE_TEST_TWO_SEARCHES_STUDY"
 """The study two searches share, for :class:`TwoSearchesDataset` (unset: it waits for none)."""
 _OWNER = "autotune.owner"
-"""The trial attribute that names the search running it (``autotune.study._study.OWNER``)."""
+"""The trial attribute that names the search running it (``autotune.study.OWNER``)."""
 
 
 def _owners(study: str) -> set[int] | None:

@@ -32,7 +32,7 @@ from autotune._noise import half_range
 from autotune.decide._confirm import measured_rounds
 from autotune.decide._rounds import gather
 from autotune.settings._settings import Settings
-from autotune.study._study import GROUP, POSITION, SETTINGS
+from autotune.study import GROUP, POSITION, SETTINGS
 
 
 def spreads(study: optuna.Study) -> tuple[list[float], list[float]] | None:

@@ -8,7 +8,6 @@ Here rather than in ``output`` so that every stage above ``decide`` (``output``,
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import optuna
 
@@ -16,10 +15,10 @@ from autotune._errors import StudyError
 from autotune.decide._choose import Candidate, cheapest_within
 from autotune.machine import Machine
 from autotune.result import SearchResult
-from autotune.study import RESULT, read_meta, records
+from autotune.study import RESULT, StudyLocation, read_meta, records
 
 
-def result_of(study: optuna.Study, *, path: Path | None = None) -> SearchResult:
+def result_of(study: optuna.Study, *, where: StudyLocation | None = None) -> SearchResult:
     """The study's saved result; for a search that never finished, the cheapest
     config within tolerance of its best trial (not re-measured, ``confirmed=False``)."""
     meta = read_meta(study)
@@ -65,6 +64,6 @@ def result_of(study: optuna.Study, *, path: Path | None = None) -> SearchResult:
         user_batch_size=user_batch,
         space=dict(meta.get("space") or {}),
         workload=dict(meta.get("workload", {})),
-        study_path=str(path) if path else None,
+        study_path=str(where) if where is not None else None,
         study_name=study.study_name,
     )

@@ -30,10 +30,12 @@ from autotune.study import (
     ROLE,
     SETTINGS,
     STUDY_FORMAT,
+    StudyLocation,
+    locate,
     open_study,
     quiet_optuna,
     read_meta,
-    resolve,
+    settle,
 )
 
 ROLE_ONLINE = "online"
@@ -62,8 +64,9 @@ class Choice:
         return None
 
 
-def check_recordable(target: str | Path) -> Path:
-    """The study file ``target`` names, refused early when it holds a search's result.
+def check_recordable(target: str | Path) -> StudyLocation:
+    """The study ``target`` names (a path or a storage URL), refused early when it holds
+    a search's result.
 
     A search's result was confirmed side by side; an online choice is not, and must
     not replace it.
@@ -71,31 +74,35 @@ def check_recordable(target: str | Path) -> Path:
     Raises:
         StudyError: the study holds a confirmed search result, or cannot be read.
     """
-    path, name = resolve(target, Path(str(target)).stem)
-    if not path.exists():
-        return path
-    saved = open_study(path, name, create=False).user_attrs.get(RESULT) or {}
+    where = locate(target, "online")
+    if not where.exists():
+        return where
+    try:
+        saved = open_study(where, create=False).user_attrs.get(RESULT) or {}
+    except StudyError as error:
+        if "holds no study" not in str(error):
+            raise
+        return where  # a database without this study yet: the recorder creates it
     if saved.get("confirmed", True) and saved and not saved.get("workload", {}).get("online"):
         raise StudyError(
-            f"{path} holds the confirmed result of a search; an online choice would replace "
+            f"{where} holds the confirmed result of a search; an online choice would replace "
             "it. Give another path to record into (or pass this one as `study=` to start "
             "from its choice)."
         )
-    return path
+    return where
 
 
-def record_choice(path: Path, choice: Choice, *, trials: bool = True) -> SearchResult:
-    """Add the climb's configs as trials of the study at ``path`` and save its choice.
+def record_choice(where: StudyLocation, choice: Choice, *, trials: bool = True) -> SearchResult:
+    """Add the climb's configs as trials of the study at ``where`` and save its choice.
 
     Args:
         trials: False to save the choice only, its climb's trials being in the study
             already (the choice changed after it was recorded: persistent workers).
 
     Returns:
-        The result saved, as ``autotune.load(path)`` reads it back.
+        The result saved, as ``autotune.load(where)`` reads it back.
     """
-    _, name = resolve(path, path.stem)
-    study = open_study(path, name, create=True)
+    study = open_study(where, create=True)
     if not read_meta(study):
         study.set_user_attr(META, _meta(choice))
     with quiet_optuna():
@@ -111,10 +118,11 @@ def record_choice(path: Path, choice: Choice, *, trials: bool = True) -> SearchR
         tolerance=choice.tolerance,
         confirmed=False,
         workload=choice.workload,
-        study_path=str(path),
+        study_path=str(where),
         study_name=study.study_name,
     )
     study.set_user_attr(RESULT, result.to_dict())
+    settle(where)
     return result
 
 

@@ -16,10 +16,10 @@ from autotune._errors import ConfigError
 from autotune.decide import result_of
 from autotune.result import SearchResult
 from autotune.settings import Settings
-from autotune.study import RESULT, open_study, resolve
+from autotune.study import RESULT, locate, open_study
 
 StudySource = str | Path | SearchResult
-"""A study file (or name), settings exported as JSON, or a SearchResult."""
+"""A study file (or name) or storage URL, settings exported as JSON, or a SearchResult."""
 
 _KNOB_TYPES: dict[str, tuple[type, ...]] = {
     "num_workers": (int,),
@@ -98,13 +98,13 @@ def _saved_settings(source: StudySource) -> tuple[dict[str, Any], str]:
         except (OSError, json.JSONDecodeError) as error:
             raise ConfigError(f"{path}: cannot read exported settings ({error}).") from None
         return _settings_of(data, str(path)), str(path)
-    path, name = resolve(source, Path(str(source)).stem)
-    study = open_study(path, name, create=False)
+    where = locate(source, None)
+    study = open_study(where, create=False)
     saved = study.user_attrs.get(RESULT)
     if saved:
         # Read raw, not through SearchResult: a bad value is reported with its study.
-        return _settings_of(saved, str(path)), str(path)
-    return result_of(study, path=path).settings.to_dict(), str(path)
+        return _settings_of(saved, str(where)), str(where)
+    return result_of(study, where=where).settings.to_dict(), str(where)
 
 
 def _settings_of(data: Any, origin: str) -> dict[str, Any]:

@@ -13,7 +13,6 @@ import logging
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from autotune._errors import AutotuneError
 from autotune._format import format_rate
@@ -33,6 +32,7 @@ from autotune.machine import detect_machine
 from autotune.probe import Figures, Measurement, Window
 from autotune.result import SearchResult
 from autotune.settings import Settings, fix_allocator
+from autotune.study import StudyLocation
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -46,7 +46,7 @@ class TunerOptions:
     device: str
     retune_seconds: float = 30.0
     """How long throughput must stay down before a climb starts again."""
-    record: Path | None = None
+    record: StudyLocation | None = None
     ranks: Ranks | None = None
     epoch_batches: int | None = None
     """Batches per epoch, when the dataset has a length."""
@@ -364,7 +364,7 @@ class Tuner:
         chosen = dataclasses.replace(recorded.chosen, settings=choice)
         self._save(path, dataclasses.replace(recorded, chosen=chosen), trials=False)
 
-    def _save(self, path: Path, record: Choice, *, trials: bool) -> None:
+    def _save(self, path: StudyLocation, record: Choice, *, trials: bool) -> None:
         try:
             self.result = record_choice(path, record, trials=trials)
         except AutotuneError as error:  # the training matters more than its record

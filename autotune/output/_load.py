@@ -11,17 +11,24 @@ from autotune._errors import FingerprintWarning
 from autotune.decide import result_of
 from autotune.machine import detect_machine
 from autotune.result import SearchResult
-from autotune.study import open_study, resolve
+from autotune.study import locate, open_study
 
 __all__ = ["load", "result_of", "warn_if_moved"]
 
 
-def load(source: str | Path | optuna.Study, *, check_machine: bool = True) -> SearchResult:
+def load(
+    source: str | Path | optuna.Study,
+    *,
+    study_name: str | None = None,
+    check_machine: bool = True,
+) -> SearchResult:
     """The settings a search chose, read back without searching again.
 
     Args:
         source: a study file (``studies/quickstart.db``), a study name
-            (``quickstart``), an ``optuna.Study``, or JSON written by ``autotune export``.
+            (``quickstart``), a storage URL (``postgresql://USER:PASS@HOST/DB``), an
+            ``optuna.Study``, or JSON written by ``autotune export``.
+        study_name: which study of a storage that holds several (default: its only one).
         check_machine: warn (:class:`FingerprintWarning`) when this machine differs from
             the one the settings were tuned on.
 
@@ -33,8 +40,8 @@ def load(source: str | Path | optuna.Study, *, check_machine: bool = True) -> Se
     elif str(source).endswith(".json"):
         result = SearchResult.from_json_file(Path(source))
     else:
-        path, name = resolve(source, Path(str(source)).stem)
-        result = result_of(open_study(path, name, create=False), path=path)
+        where = locate(source, None, name=study_name)
+        result = result_of(open_study(where, create=False), where=where)
     if check_machine:
         warn_if_moved(result)
     return result

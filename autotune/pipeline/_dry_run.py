@@ -45,10 +45,14 @@ def _plan_lines(
     setup: Setup, options: SearchOptions, batch_size: int, user_space: Mapping[str, Any]
 ) -> list[str]:
     space = setup.space
+    if not setup.study.is_file:
+        state = f"study {setup.study.name!r} in a database: a search adds to it or makes it"
+    else:
+        state = "exists: a search adds to it" if setup.study.exists() else "new"
     lines = [
         "dry run: nothing is measured and nothing is written",
         f"device: {setup.device}; {setup.placement.describe()}",
-        f"study: {setup.path} ({'exists: a search adds to it' if setup.path.exists() else 'new'})",
+        f"study: {setup.study} ({state})",
         f"the default loader: num_workers=0, batch_size={batch_size}",
         f"space: {space.size()} configs",
     ]

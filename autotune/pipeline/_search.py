@@ -45,8 +45,8 @@ from autotune.explore import (
 )
 from autotune.machine import Machine
 from autotune.pipeline._budget import Deadline, start_budget
-from autotune.pipeline._setup import inputs, prepare
-from autotune.pipeline._starts import record_start, seeds_from
+from autotune.pipeline._setup import Setup, inputs, prepare
+from autotune.pipeline._starts import record_start, warm_from_studies
 from autotune.probe import (
     Failure,
     Placement,
@@ -63,9 +63,12 @@ from autotune.space import Space, default_max_workers, fit_to_step
 from autotune.study import (
     META,
     RESULT,
+    StudyLocation,
     check_same_workload,
     open_study,
     read_meta,
+    settle,
+    storage_errors,
     study_meta,
 )
 from autotune.workload import MEMORY_SHARE, SearchOptions, Workload
@@ -151,37 +154,42 @@ def run_search(
 ) -> SearchResult:
     """Run every stage of a search for an already-validated workload, timing each by the
     phases it announces (the result's ``search_time``)."""
+    started = time.monotonic()
     clock = StageClock(progress)
+    setup = prepare(workload, user_space, options)
     runner = get_backend(options.backend)
     try:
-        return _run_stages(workload, user_space, options, clock, runner)
+        with storage_errors(setup.study):
+            result = _run_stages(workload, user_space, options, setup, clock, runner, started)
     finally:
         runner.close()
+    settle(setup.study)
+    return result
 
 
 def _run_stages(
     workload: Workload,
     user_space: Mapping[str, Any],
     options: SearchOptions,
+    setup: Setup,
     progress: StageClock,
     runner: Backend,
+    started: float,
 ) -> SearchResult:
-    started = time.monotonic()
-    setup = prepare(workload, user_space, options)
     placement, machine, device, space = setup.placement, setup.machine, setup.device, setup.space
-    path, study_name = setup.path, setup.study_name
-    if options.resume and not path.exists():
-        raise StudyError(f"--resume: there is no study at {path} to continue.")
+    where = setup.study
+    if options.resume and not where.exists():
+        raise StudyError(f"--resume: there is no study at {where} to continue.")
     baseline = Settings(batch_size=workload.batch_size)
     template = _template(workload, options, device, placement.ranks)
     slots = placement.slots()
     single = slots[0].apply(template)  # one rank's share of the node
-    study = open_study(path, study_name, create=True)
+    study = open_study(where, create=not options.resume)
     meta = read_meta(study)
 
     progress.phase("preflight", f"one training step of the default loader on {device}")
     info, probe_start_s = preflight(single, workload)
-    check_same_workload(meta, machine, info, path, placement)
+    check_same_workload(meta, machine, info, where, placement)
     space = fit_to_step(space, user_space, info.get("step_cpu_share"))
     if not meta:
         study.set_user_attr(
@@ -219,7 +227,7 @@ def _run_stages(
         study=study,
         space=space,
         template=single if len(slots) == 1 else template,
-        warm_starts=_seeds(options, study, path, info, machine, space, progress)
+        warm_starts=_seeds(options, study, where, info, machine, space, progress)
         + warm_starts(
             space,
             machine,
@@ -245,7 +253,7 @@ def _run_stages(
             runner,
             plan,
             workload,
-            path,
+            where,
             placement,
             baseline,
             deadline,
@@ -298,7 +306,7 @@ def _run_stages(
         user_batch_size=workload.batch_size,
         space=space.to_dict(),
         workload=info,
-        study_path=str(path),
+        study_path=str(where),
         study_name=study.study_name,
         collate_fn=workload.collate_fn,
         ddp=ddp,
@@ -316,7 +324,7 @@ def _explore_and_confirm(
     runner: Backend,
     plan: ExplorePlan,
     workload: Workload,
-    path: Path,
+    where: StudyLocation,
     placement: Placement,
     baseline: Settings,
     deadline: Deadline,
@@ -330,12 +338,12 @@ def _explore_and_confirm(
     # Later: the finalists and the default loader re-measured (the default beside every
     # two; a runoff, when one runs, is counted once it starts), the DDP probes, the ceilings.
     coming = round_length(options.finalists) * options.rounds + later
-    _explore(runner, plan, workload, path, placement, later=coming)
+    _explore(runner, plan, workload, where, placement, later=coming)
     explored = explored_candidates(plan.study, plan.space)
     if not explored:
         raise WorkloadError(
             f"{workload.origin()}: no config finished a probe; see the failures with "
-            f"`autotune show {path}`."
+            f"`autotune show {where}`."
         )
     plan.options = deadline.confirming(
         options, round_configs(plan, explored, baseline, info.get("torch_threads")), plan.progress
@@ -355,7 +363,7 @@ def _explore(
     runner: Backend,
     plan: ExplorePlan,
     workload: Workload,
-    path: Path,
+    where: StudyLocation,
     placement: Placement,
     *,
     later: int,
@@ -366,7 +374,7 @@ def _explore(
     parallel = f"; {len(plan.slots)} at a time, {placement.describe()}" if plan.slots else ""
     plan.progress.phase(
         "explore",
-        f"{options.trials} trials into {path} (space of {space.size()} configs{parallel}; "
+        f"{options.trials} trials into {where} (space of {space.size()} configs{parallel}; "
         + "; ".join(space.notes)
         + ")",
     )
@@ -379,22 +387,29 @@ def _explore(
 def _seeds(
     options: SearchOptions,
     study: optuna.Study,
-    path: Path,
+    where: StudyLocation,
     info: dict[str, Any],
     machine: Machine,
     space: Space,
     progress: Progress,
 ) -> tuple[Settings, ...]:
-    """The configs ``options.warm_start`` names to try first (none without it), said and
-    recorded in the study."""
-    if options.warm_start is None:
-        return ()
-    seeds, note = seeds_from(
-        options.warm_start, study=study, path=path, info=info, machine=machine, space=space
+    """The finalists of the earlier studies ``options.warm_from`` names (by default the
+    other studies in the same storage) to try first, each study's line said and those
+    that lent configs recorded in the study."""
+    found = warm_from_studies(
+        options.warm_from,
+        study=study,
+        where=where,
+        info=info,
+        machine=machine,
+        space=space,
+        most=2 * options.finalists,
     )
-    progress.message(f"warm start: {note}")
-    record_start(study, {"source": options.warm_start, "note": note})
-    return seeds
+    for note in found.notes:
+        progress.message(f"warm start: {note}")
+    if found.sources:
+        record_start(study, {"source": ", ".join(found.sources), "note": "; ".join(found.notes)})
+    return found.seeds
 
 
 def _recheck(

@@ -14,7 +14,7 @@ from autotune._errors import ConfigError, SpaceError
 from autotune.machine import Machine, detect_machine, discover, read_topology, usable_cpus
 from autotune.probe import Placement, plan_placement
 from autotune.space import Space, build_space
-from autotune.study import resolve
+from autotune.study import StudyLocation, locate
 from autotune.workload import SearchOptions, Workload, ensure_picklable, load_config
 
 
@@ -26,8 +26,7 @@ class Setup:
     machine: Machine
     device: str
     space: Space
-    path: Path
-    study_name: str
+    study: StudyLocation
 
 
 def inputs(
@@ -103,8 +102,8 @@ def prepare(workload: Workload, user_space: Mapping[str, Any], options: SearchOp
         space = build_space(user_space, machine, workload.batch_size, rank_cpus=placement.rank_cpus)
     except SpaceError as error:
         raise SpaceError(f"{workload.origin()}: {error}") from None
-    path, study_name = resolve(options.study, workload.name)
-    return Setup(placement, machine, device, space, path, study_name)
+    where = locate(options.study, workload.name, name=options.study_name)
+    return Setup(placement, machine, device, space, where)
 
 
 def affinity() -> list[int]:

@@ -2,16 +2,16 @@
 
 Two sources of starting points besides the rule of thumb and the bounds' leaders: a
 study's own earlier answer, measured again first (:mod:`autotune.decide`'s recheck), and
-another study's finalists, tried first by a new study (``warm_start``): a study of the
-same workload measured with another torch, or kept under another name, on a machine
+earlier studies' finalists, tried first by a new study (``warm_from``; by default the
+other studies of the same database): studies of a close workload measured on a machine
 with the same CPUs and GPUs, where the best settings are likely near.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
-from collections.abc import Mapping
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import optuna
@@ -23,69 +23,146 @@ from autotune.settings import Settings
 from autotune.space import Space
 from autotune.study import (
     STARTS,
+    StudyLocation,
+    locate,
     open_study,
     read_meta,
-    resolve,
     seed_differences,
-    workload_changes,
+    study_names,
+    workload_distance,
 )
 
 
-def seeds_from(
-    name: str,
+@dataclasses.dataclass(frozen=True)
+class WarmStart:
+    """The configs that earlier studies lend a new one to measure first, and one line for
+    each study looked at: what it gave, or why it gave nothing."""
+
+    seeds: tuple[Settings, ...]
+    notes: tuple[str, ...]
+    sources: tuple[str, ...]
+    """The studies whose finalists were taken, as the notes name them."""
+
+
+def warm_from_studies(
+    named: Sequence[str] | None,
     *,
     study: optuna.Study,
-    path: Path,
+    where: StudyLocation,
     info: Mapping[str, Any],
     machine: Machine,
     space: Space,
-) -> tuple[tuple[Settings, ...], str]:
-    """The finalists of the study ``name`` (a name or .db path) that ``space`` holds,
-    fastest first, for the new ``study`` at ``path`` to try first, and one line saying
-    where they came from.
+    most: int,
+) -> WarmStart:
+    """The finalists of the earlier studies ``named`` (names, .db paths or storage URLs;
+    None: the other studies in ``where``'s storage) that were measured on a machine like
+    ``machine``, of a workload close to ``info`` (:func:`~autotune.study.workload_distance`),
+    which ``space`` holds: the closest study's first, at most ``most``, for the new
+    ``study`` to try first.
+
+    A study measured on another machine or of a far workload is passed over with a line
+    saying why; so is one that cannot be read, unless it was named.
 
     Raises:
-        ConfigError: ``study`` has trials already, or ``name`` is that study itself.
-        StudyError: ``name`` cannot be read, holds no finished search, measured another
-            workload, or was measured with other CPUs or GPUs.
+        ConfigError: a study was named but ``study`` has trials already, or a name is
+            that study itself.
+        StudyError: a study named cannot be read.
     """
-    source, source_name = resolve(name, Path(name).stem)
-    if source.resolve() == path.resolve():
-        raise ConfigError(
-            f"--warm-start {name} is the study this search adds to; a study's own earlier "
-            "answer is measured again first without the flag."
-        )
+    explicit = named is not None
+    for source in [locate(name, None) for name in named or ()]:
+        if _same_storage(source, where) and source.name in (None, where.name):
+            raise ConfigError(
+                f"--warm-from {source} is the study this search adds to; a study's own "
+                "earlier answer is measured again first without the flag."
+            )
     if study.get_trials(deepcopy=False):
-        raise ConfigError(
-            f"--warm-start seeds a new study, and {path} has trials already; give another "
-            "--study name, or leave --warm-start out to continue this one."
+        if named:
+            raise ConfigError(
+                f"--warm-from seeds a new study, and {where} has trials already; give another "
+                "--study name, or leave --warm-from out to continue this one."
+            )
+        return WarmStart(seeds=(), notes=(), sources=())
+    sources = [locate(name, None) for name in named] if named is not None else _neighbours(where)
+    taken: list[tuple[float, str, tuple[Settings, ...], str]] = []
+    passed: list[str] = []
+    for source in sources:
+        judged = _judge(source, info=info, machine=machine, space=space, explicit=explicit)
+        if isinstance(judged, str):
+            passed.append(f"{_label(source)}: {judged}")
+        else:
+            taken.append((judged[0], _label(source), judged[1], judged[2]))
+    taken.sort(key=lambda entry: entry[0])
+    merged = {s.key(): s for _, _, seeds, _ in taken for s in seeds}
+    seeds = tuple(merged.values())[:most]
+    notes = _passed_over(passed, explicit=explicit)
+    for distance, label, found, machine_note in taken:
+        kind = "the same workload" if distance == 0 else f"a workload {2**distance:.2f}x apart"
+        notes.append(
+            f"the {len(found)} finalist(s) of {label} ({kind}, {machine_note}) tried first"
         )
-    other = open_study(source, source_name, create=False)
-    meta = read_meta(other)
-    changed = workload_changes(meta, info)
-    if changed:
-        raise StudyError(
-            f"--warm-start {name}: that study tuned another workload ({'; '.join(changed)}); "
-            "its finalists would not carry over."
-        )
+    return WarmStart(seeds=seeds, notes=tuple(notes), sources=tuple(t[1] for t in taken))
+
+
+def _passed_over(passed: list[str], *, explicit: bool) -> list[str]:
+    """A line for each study named but passed over; for the studies a database holds
+    beside the new one, one line for all (a team's database may hold many)."""
+    if explicit or len(passed) <= 1:
+        return [f"{entry} (passed over)" for entry in passed]
+    return [f"{len(passed)} other studies passed over, first {passed[0]}"]
+
+
+def _neighbours(where: StudyLocation) -> list[StudyLocation]:
+    """The other studies kept in ``where``'s storage (none when it cannot be read yet)."""
+    try:
+        names = study_names(where)
+    except StudyError:
+        return []
+    return [where.named(name) for name in names if name != where.name]
+
+
+def _label(source: StudyLocation) -> str:
+    return f"study {source.name!r} in {source}" if source.name else str(source)
+
+
+def _judge(
+    source: StudyLocation,
+    *,
+    info: Mapping[str, Any],
+    machine: Machine,
+    space: Space,
+    explicit: bool,
+) -> tuple[float, tuple[Settings, ...], str] | str:
+    """The distance to ``source``'s workload, its finalists that ``space`` holds and how
+    its machine differed; or why it lends none."""
+    try:
+        other = open_study(source, create=False)
+        meta = read_meta(other)
+    except StudyError as error:
+        if explicit:
+            raise StudyError(f"--warm-from {source}: {error}") from None
+        return f"cannot be read ({error})"
     apart = seed_differences(meta, machine)
     if apart:
-        raise StudyError(
-            f"--warm-start {name}: that study was measured on a machine with other CPUs or "
-            f"GPUs ({'; '.join(apart)}), where the best settings lie elsewhere; search "
-            "without --warm-start."
-        )
+        return f"measured on a machine with other CPUs or GPUs ({'; '.join(apart)})"
+    distance = workload_distance(meta, info)
+    if isinstance(distance, str):
+        return f"it tuned {distance}"
     earlier = earlier_answer(other)
     if earlier is None:
-        raise StudyError(
-            f"--warm-start {name}: that study holds no confirmed answer to start from; "
-            "finish its search first (or search without --warm-start)."
-        )
+        return "it holds no confirmed answer yet"
     snapped = (space.snap(s) for s in earlier_finalists(earlier))
     seeds = tuple({s.key(): s for s in snapped if space.contains(s)}.values())
+    if not seeds:
+        return "none of its finalists lies in this search's space"
     differences = Machine.from_dict(meta.get("machine", {})).differences(machine)
     where = f"measured with {'; '.join(differences)}" if differences else "on this machine"
-    return seeds, f"the {len(seeds)} finalist(s) of {source} ({where}) tried first"
+    return distance, seeds, where
+
+
+def _same_storage(one: StudyLocation, other: StudyLocation) -> bool:
+    if one.path is not None and other.path is not None:
+        return one.path.resolve() == other.path.resolve()
+    return one.url == other.url
 
 
 def record_start(study: optuna.Study, entry: Mapping[str, Any]) -> None:

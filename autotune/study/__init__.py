@@ -1,20 +1,8 @@
-"""The study: every trial and its figures in an Optuna SQLite storage, the one record a
-trial is read back as, and which study a search may add to (the fingerprint)."""
+"""The study: every trial and its figures in an Optuna storage (an SQLite file or a
+database server), the one record a trial is read back as, and which study a search may
+add to (the fingerprint)."""
 
-from autotune.study._fingerprint import (
-    check_same_workload,
-    seed_differences,
-    study_meta,
-    workload_changes,
-)
-from autotune.study._optuna_private import (
-    backing_storage,
-    frozen_trial,
-    id_in_storage,
-    new_trial,
-    storage_of,
-)
-from autotune.study._study import (
+from autotune.study._attrs import (
     BACKEND,
     BOUNDED,
     DUPLICATE_OF,
@@ -32,15 +20,32 @@ from autotune.study._study import (
     STARTS,
     STUDY_FORMAT,
     WARM_START,
-    Heartbeat,
+)
+from autotune.study._fingerprint import (
+    check_same_workload,
+    seed_differences,
+    study_meta,
+    workload_changes,
+    workload_distance,
+)
+from autotune.study._liveness import Heartbeat, fail_abandoned, owner
+from autotune.study._location import StudyLocation, locate
+from autotune.study._optuna_private import (
+    backing_storage,
+    frozen_trial,
+    id_in_storage,
+    new_trial,
+    storage_of,
+)
+from autotune.study._storage import storage_errors
+from autotune.study._study import (
     TrialRecord,
-    fail_abandoned,
     open_study,
-    owner,
     quiet_optuna,
     read_meta,
     records,
-    resolve,
+    settle,
+    study_names,
 )
 
 __all__ = [
@@ -62,21 +67,26 @@ __all__ = [
     "STUDY_FORMAT",
     "WARM_START",
     "Heartbeat",
+    "StudyLocation",
     "TrialRecord",
     "backing_storage",
     "check_same_workload",
     "fail_abandoned",
     "frozen_trial",
     "id_in_storage",
+    "locate",
     "new_trial",
     "open_study",
     "owner",
     "quiet_optuna",
     "read_meta",
     "records",
-    "resolve",
     "seed_differences",
+    "settle",
+    "storage_errors",
     "storage_of",
     "study_meta",
+    "study_names",
     "workload_changes",
+    "workload_distance",
 ]

@@ -4,15 +4,16 @@ the figures would not compare."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from autotune._errors import StudyError
 from autotune.machine import Machine
 from autotune.probe import Placement
 from autotune.space import Space
-from autotune.study._study import STUDY_FORMAT
+from autotune.study._attrs import STUDY_FORMAT
+from autotune.study._location import StudyLocation
 from autotune.workload import SearchOptions, Workload
 
 _WORKLOAD_IDENTITY = ("dataset_type", "dataset_length", "model_type", "parameters")
@@ -47,7 +48,7 @@ def check_same_workload(
     meta: Mapping[str, Any],
     machine: Machine,
     info: Mapping[str, Any],
-    path: Path,
+    path: StudyLocation,
     placement: Placement,
 ) -> None:
     """A study's figures only compare with new ones for the same workload, machine and
@@ -71,7 +72,7 @@ def check_same_workload(
     differences = Machine.from_dict(meta.get("machine", {})).differences(machine)
     if differences:
         near = not seed_differences(meta, machine)
-        hint = f", with --warm-start {path} to try its finalists first" if near else ""
+        hint = f", with --warm-from {path} to try its finalists first" if near else ""
         raise StudyError(
             f"study {path} was measured on another machine ({'; '.join(differences)}); its "
             f"figures would not compare. Give another --study name{hint}."
@@ -87,6 +88,49 @@ def workload_changes(meta: Mapping[str, Any], info: Mapping[str, Any]) -> list[s
         for key in _WORKLOAD_IDENTITY
         if key in before and before.get(key) != info.get(key)
     ]
+
+
+_KINDS = ("dataset_type", "model_type", "iterable")
+FAR_FACTOR = 2.0
+"""How far apart two workloads' model sizes or sample sizes may be for one's finalists to
+seed a search of the other: within a factor of two each."""
+
+
+def workload_distance(meta: Mapping[str, Any], info: Mapping[str, Any]) -> float | str:
+    """How far the workload a study measured (attributes ``meta``) lies from ``info``: 0
+    for the same sizes, 1 for a model or a sample twice (or half) as large; or, when the
+    two cannot share settings, why (another dataset or model class, or sizes more than
+    :data:`FAR_FACTOR` apart). The dataset's length does not count: it moves the epoch's
+    length, not where the best loader lies."""
+    before = meta.get("workload", {})
+    for key in _KINDS:
+        if key in before and before.get(key) != info.get(key):
+            return f"another {key.replace('_', ' ')} ({before.get(key)!r}, here {info.get(key)!r})"
+    ratios = {
+        "model": _ratio(before.get("parameters"), info.get("parameters")),
+        "sample": _ratio(_sample_bytes(before), _sample_bytes(info)),
+    }
+    for what, ratio in ratios.items():
+        if ratio is not None and ratio > FAR_FACTOR:
+            return f"a {what} {ratio:.1f}x the size of this one's (at most {FAR_FACTOR:g}x)"
+    known = [math.log2(ratio) for ratio in ratios.values() if ratio is not None]
+    return max(known, default=0.0)
+
+
+def _sample_bytes(info: Mapping[str, Any]) -> float | None:
+    size, samples = info.get("batch_bytes"), info.get("batch_samples")
+    if not isinstance(size, int | float) or not isinstance(samples, int | float) or samples <= 0:
+        return None
+    return float(size) / float(samples)
+
+
+def _ratio(one: Any, other: Any) -> float | None:
+    """The larger of two positive sizes over the smaller; None when either is unknown."""
+    if not isinstance(one, int | float) or not isinstance(other, int | float):
+        return None
+    if one <= 0 or other <= 0:
+        return None if one == other else math.inf
+    return max(one, other) / min(one, other)
 
 
 def seed_differences(meta: Mapping[str, Any], machine: Machine) -> list[str]:

@@ -8,7 +8,7 @@ import inspect
 import itertools
 import re
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autotune._errors import ConfigError
@@ -41,17 +41,25 @@ class SearchOptions:
     left are planned again into the time left, so one that would overrun is shortened or
     skipped."""
     study: str | None = None
-    """Study name (saved as studies/NAME.db) or a .db path; by default the config's name."""
+    """Where the study is kept: a name (studies/NAME.db), a .db path, or a storage URL.
+
+    A URL (``postgresql://USER:PASSWORD@HOST/DATABASE``, ``mysql://...``,
+    ``sqlite:///PATH``) keeps it in a database that many searches, on many machines, write
+    at once. By default studies/CONFIG_NAME.db."""
+    study_name: str | None = None
+    """The study's name in its storage; by default the config's name (a .db file's stem)."""
     resume: bool = False
     """Require the study to exist already, and continue exploring it.
 
     Without it, a search of a study that holds an earlier search's answer measures that
     answer again beside the default loader first, and ends there while it holds."""
-    warm_start: str | None = None
-    """A study of this workload (a name or .db path) whose finalists a new study tries first.
+    warm_from: tuple[str, ...] | None = None
+    """Earlier studies (names, .db paths or URLs) whose finalists a new study tries first.
 
-    For a study measured with another torch, or kept under another name: it must have been
-    measured with the same CPUs and GPUs, and the study searched must have no trials yet."""
+    By default the other studies kept in the same storage (a shared database); ``()``
+    (``--warm-from none``) for none. A study lends its finalists when it was measured with
+    the same CPUs and GPUs, of the same dataset and model classes with model and sample
+    sizes within a factor of two; any other is passed over with a line saying why."""
     seed: int | None = None
     """Seeds the sampler and the probes' data order, for repeatable searches."""
     tolerance: float = 0.03
@@ -231,6 +239,8 @@ class SearchOptions:
             values["memory_limit"] = parse_bytes(values["memory_limit"])
         if values.get("budget") is not None:
             values["budget"] = parse_duration(values["budget"], "budget")
+        if values.get("warm_from") is not None:
+            values["warm_from"] = parse_studies(values["warm_from"])
         try:
             return cls(**values)
         except TypeError as error:
@@ -263,6 +273,18 @@ def _attribute_docstrings(cls: type) -> dict[str, str]:
 def _is_count(value: Any, *, least: int = 1) -> bool:
     """Whether ``value`` is an integer >= ``least`` (a bool, though an int, is not)."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def parse_studies(value: str | Sequence[str]) -> tuple[str, ...]:
+    """``warm_from`` as a tuple of study names, paths or URLs: one string is one study, and
+    ``"none"`` alone means no study."""
+    names = (value,) if isinstance(value, str) else tuple(value)
+    if not all(isinstance(name, str) and name for name in names):
+        raise ConfigError(
+            f"search option warm_from is {value!r}; expected study names, .db paths or "
+            "storage URLs (or 'none')."
+        )
+    return () if names == ("none",) else names
 
 
 def parse_bytes(value: int | str) -> int:

@@ -17,7 +17,7 @@ from autotune import Machine, Settings
 from autotune.progress._progress import outcome
 from autotune.settings._settings import AmpMode
 from autotune.space._space import Space, build_space
-from autotune.study._study import TrialRecord
+from autotune.study import TrialRecord
 from autotune.workload._workload import load_config
 from benchmarks.common._verdicts import CLEAR_MARGIN, judge, shared_cpu_limit
 from benchmarks.common._workloads import BenchWorkload, Profile

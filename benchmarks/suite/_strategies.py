@@ -19,7 +19,7 @@ from typing import Any
 import autotune
 from autotune import Machine, Settings
 from autotune.space._space import Space
-from autotune.study._study import open_study, records
+from autotune.study import locate, open_study, records
 from benchmarks.suite._harness import Harness, Measured
 
 STRATEGIES = ("defaults", "rule of thumb", "greedy sweep", "loader-only", "autotune", "oracle")
@@ -205,7 +205,7 @@ def autotune_search(
 
 
 def _trials(study_path: Path) -> list[dict[str, Any]]:
-    study = open_study(study_path, study_path.stem, create=False)
+    study = open_study(locate(study_path, None), create=False)
     return [
         {
             "number": r.number,

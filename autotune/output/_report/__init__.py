@@ -15,19 +15,23 @@ import optuna
 
 from autotune._errors import ConfigError
 from autotune.output._report._data import ReportData, gather
-from autotune.study import open_study, resolve
+from autotune.study import StudyLocation, locate, open_study
 
 Format = Literal["html", "md"]
 FORMATS: tuple[Format, ...] = ("html", "md")
 
 
 def report(
-    study: str | Path | optuna.Study, output: str | Path | None = None, *, format: str = "html"
+    study: str | Path | StudyLocation | optuna.Study,
+    output: str | Path | None = None,
+    *,
+    format: str = "html",
 ) -> str:
     """Render a study's report; write it to ``output`` when given.
 
     Args:
-        study: a study file (``studies/quickstart.db``), a study name, or an ``optuna.Study``.
+        study: a study file (``studies/quickstart.db``), a study name, a storage URL
+            (``postgresql://...``), or an ``optuna.Study``.
         output: a file to write the report to.
         format: "html" (one self-contained file with plots) or "md" (Markdown, no plots).
 
@@ -60,11 +64,11 @@ def render(data: ReportData, format: str) -> str:
     return render_html(data, draw(data))
 
 
-def _data(study: str | Path | optuna.Study) -> ReportData:
+def _data(study: str | Path | StudyLocation | optuna.Study) -> ReportData:
     if isinstance(study, optuna.Study):
         return gather(study)
-    path, name = resolve(study, Path(str(study)).stem)
-    return gather(open_study(path, name, create=False), path)
+    where = locate(study, None)
+    return gather(open_study(where, create=False), where)
 
 
 __all__ = ["FORMATS", "ReportData", "gather", "render", "report"]

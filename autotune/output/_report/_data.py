@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import optuna
@@ -15,7 +14,7 @@ from autotune._format import format_rate
 from autotune.decide import Diagnosis, diagnose
 from autotune.output._load import result_of
 from autotune.result import SearchResult
-from autotune.study import TrialRecord, read_meta
+from autotune.study import StudyLocation, TrialRecord, read_meta
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -88,7 +87,7 @@ class ReportData:
         return facts
 
 
-def gather(study: optuna.Study, path: Path | None = None) -> ReportData:
+def gather(study: optuna.Study, where: StudyLocation | None = None) -> ReportData:
     """Read a study for a report."""
     meta = read_meta(study)
     frozen = study.get_trials(deepcopy=False)
@@ -105,12 +104,12 @@ def gather(study: optuna.Study, path: Path | None = None) -> ReportData:
     result: SearchResult | None = None
     no_result: str | None = None
     try:
-        result = result_of(study, path=path)
+        result = result_of(study, where=where)
     except StudyError as error:
         no_result = str(error)
     return ReportData(
         study_name=study.study_name,
-        path=str(path) if path is not None else None,
+        path=str(where) if where is not None else None,
         meta=meta,
         trials=tuple(points),
         result=result,

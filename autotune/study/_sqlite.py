@@ -1,0 +1,131 @@
+"""The embedded storage: a study in one SQLite file, checked before Optuna writes to it.
+
+The file is kept in WAL journal mode (readers never wait for a writer) with a busy
+timeout, and opened under a lock on its directory; a file that is not a study, is
+corrupt, or stays locked past the timeout is one line naming the file and what to do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from autotune._errors import StudyError
+
+LOCK_TIMEOUT_SECONDS = 60.0
+"""How long opening or writing a study waits while another process holds its lock."""
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def check_file(path: Path) -> None:
+    """Refuse a file that is not an Optuna study, before Optuna writes into it."""
+    if path.is_dir():
+        raise StudyError(f"{path} is a directory; expected a study file (.db).")
+    size = path.stat().st_size
+    with path.open("rb") as handle:
+        header = handle.read(len(_SQLITE_HEADER))
+    if size == 0 or header != _SQLITE_HEADER:
+        raise StudyError(
+            f"{path} is not a study: it is not an SQLite database. Nothing was written; "
+            "give another --study path."
+        )
+    # Read only, unless a search was killed while writing: then SQLite rolls its journal
+    # back on opening (the study as of its last commit), which a read-only opener cannot.
+    mode = "rw" if Path(f"{path}-journal").exists() else "ro"
+    try:
+        uri = f"file:{path.resolve()}?mode={mode}"
+        with contextlib.closing(
+            sqlite3.connect(uri, uri=True, timeout=LOCK_TIMEOUT_SECONDS)
+        ) as connection:
+            tables = {
+                row[0]
+                for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")
+            }
+            problems = [row[0] for row in connection.execute("PRAGMA quick_check")]
+    except sqlite3.OperationalError as error:
+        if "locked" in str(error):
+            raise StudyError(locked(path)) from None
+        raise StudyError(corrupt(path, str(error))) from None
+    except sqlite3.DatabaseError as error:
+        raise StudyError(corrupt(path, str(error))) from None
+    if problems != ["ok"]:
+        raise StudyError(corrupt(path, problems[0].replace("\n", " ")))
+    if "studies" not in tables or "trials" not in tables:
+        raise StudyError(
+            f"{path} is an SQLite database but not a study (no Optuna tables). Nothing was "
+            "written; give another --study path."
+        )
+
+
+def corrupt(path: Path, detail: str) -> str:
+    """The line for a study file SQLite cannot read."""
+    return (
+        f"{path} is corrupt ({detail}). Nothing was written; restore it from a copy or give "
+        "another --study path."
+    )
+
+
+def locked(path: Path) -> str:
+    """The line for a study file another process held locked past the timeout."""
+    return (
+        f"{path} is locked by another process and stayed locked for "
+        f"{LOCK_TIMEOUT_SECONDS:g} s, so nothing more was written to it; wait for that "
+        "process to finish (or end it) and run again, or give another --study path (for "
+        "many processes writing one study, keep it in PostgreSQL: --study postgresql://...)."
+    )
+
+
+@contextlib.contextmanager
+def exclusive(path: Path) -> Iterator[None]:
+    """Hold a lock on the study's directory, across threads and processes.
+
+    Opening a study holds it: two searches starting at once on a new study would
+    both create its tables (and one fail), or one would find the file the other
+    has only begun to write and refuse it as not a study. Nothing is written: the
+    lock is on the directory itself (flock).
+    """
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: SQLite's own locks are all there is
+        yield
+        return
+    handle = os.open(path.parent, os.O_RDONLY)
+    try:
+        deadline = time.monotonic() + LOCK_TIMEOUT_SECONDS
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise StudyError(locked(path)) from None
+                time.sleep(0.02)
+        yield
+    finally:
+        os.close(handle)  # releases the lock
+
+
+def use_wal(path: Path) -> None:
+    """Make the new study file at ``path`` in WAL journal mode, which SQLite keeps in the
+    file: readers (``show``, ``report``) never wait for a search writing it."""
+    with contextlib.closing(sqlite3.connect(path, timeout=LOCK_TIMEOUT_SECONDS)) as connection:
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error):
+                raise StudyError(corrupt(path, str(error))) from None
+
+
+def checkpoint(path: Path) -> None:
+    """Fold the WAL of the study file at ``path`` back into the file; a no-op for a file in
+    another journal mode or one that is not a study, and left for later while another
+    process holds the WAL (SQLite folds it in when its last connection closes)."""
+    try:
+        with contextlib.closing(sqlite3.connect(path, timeout=1.0)) as connection:
+            connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    except sqlite3.Error:
+        return
