@@ -29,9 +29,9 @@ from autotune.study import META, RESULT
 def digest(path: Path) -> str:
     """The study's committed content: its WAL, if any, folded in first (SQLite does so
     whenever a last connection closes), so a digest changes only when something was written."""
-    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=rw", uri=True)) as connection:
-        with contextlib.suppress(sqlite3.DatabaseError):
-            connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    opened = sqlite3.connect(f"file:{path}?mode=rw", uri=True)
+    with contextlib.closing(opened) as connection, contextlib.suppress(sqlite3.DatabaseError):
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
