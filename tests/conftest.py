@@ -376,3 +376,27 @@ def small_study(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Sma
             )
             progress.write_text(stream.getvalue())  # last: its presence says the study is whole
     return SmallStudy(path=folder / "small.db", progress=progress.read_text())
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[Any]:
+    """A PostgreSQL server on loopback for this test process (see tests/postgres.py);
+    the tests that need one are skipped where none can start, except in CI."""
+    import postgres
+
+    try:
+        server = postgres.Server()
+    except (RuntimeError, OSError) as error:
+        if os.environ.get(postgres.REQUIRE):
+            raise
+        pytest.skip(f"no PostgreSQL server could start here: {error}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: Any) -> str:
+    """The URL of a new, empty database on the test PostgreSQL server."""
+    return str(postgres_server.database())

@@ -1,0 +1,141 @@
+"""A study kept in PostgreSQL (a real server on loopback, tests/postgres.py): a search
+writes it, another process shows it, and every wrong URL is one clear line with nothing
+written."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+import sqlalchemy
+from conftest import QUICK
+from faults import one_error_line
+
+import autotune
+from autotune.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICK_FLAGS = ["--trials", "2", "--window-seconds", "0.1", "--max-windows", "3", "--rounds", "1"]
+
+
+def autotune_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``autotune ARGS`` in a process of its own, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "autotune", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def tables(url: str) -> set[str]:
+    engine = sqlalchemy.create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
+    try:
+        return set(sqlalchemy.inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def test_a_search_into_postgresql_is_shown_from_another_process(postgres_url, workdir) -> None:
+    quickstart = str(ROOT / "examples" / "quickstart.py")
+    searched = autotune_cli(
+        "search", quickstart, "--study", postgres_url, *QUICK_FLAGS, cwd=workdir
+    )
+    assert searched.returncode == 0, searched.stderr
+    hidden = postgres_url.replace(":autotune-test@", ":***@")
+    assert f"study: {hidden}" in searched.stdout  # the password is never printed
+    assert "autotune-test" not in searched.stdout + searched.stderr
+    assert not (workdir / "studies").exists()  # nothing went to a file
+
+    shown = autotune_cli("show", postgres_url, "--json", cwd=workdir)
+    assert shown.returncode == 0, shown.stderr
+    data = json.loads(shown.stdout)
+    assert data["study"] == {"name": "quickstart", "path": hidden}
+    study = optuna.load_study(study_name="quickstart", storage=postgres_url)
+    saved = autotune.SearchResult.from_dict(study.user_attrs["autotune.result"])
+    assert data["result"]["settings"] == saved.settings.to_dict()
+    assert [t.number for t in study.trials if t.state == optuna.trial.TrialState.RUNNING] == []
+
+
+def test_a_database_of_several_studies_names_them_when_none_is_given(
+    postgres_url, workdir, capsys
+) -> None:
+    for name in ("first", "second"):
+        optuna.create_study(storage=postgres_url, study_name=name)
+    assert main(["show", postgres_url]) == 2
+    error = one_error_line(capsys.readouterr().err)
+    assert error.endswith("holds 2 studies ('first', 'second'); name one with --study-name NAME.")
+    assert main(["show", postgres_url, "--study-name", "third"]) == 2
+    assert "holds no study named 'third'" in one_error_line(capsys.readouterr().err)
+
+
+@pytest.fixture
+def config(write_config) -> Path:
+    return write_config(
+        "import workloads\n"
+        "dataset = workloads.sleepy_dataset\n"
+        "model = workloads.linear_model\n"
+        f"search = {dict(QUICK, trials=1)!r}\n"
+    )
+
+
+def refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    assert main(argv) == 2
+    return one_error_line(capsys.readouterr().err)
+
+
+def test_an_unreachable_server_is_one_line_and_nothing_written(config, workdir, capsys) -> None:
+    url = "postgresql://autotune:x@127.0.0.1:1/none"
+    for argv in (["search", str(config), "--study", url], ["show", url]):
+        error = refused(argv, capsys)
+        assert error.startswith("postgresql://autotune:***@127.0.0.1:1/none: the database server")
+        assert "cannot be reached" in error and error.endswith("Nothing was written.")
+    assert not (workdir / "studies").exists()
+
+
+def test_a_wrong_password_is_one_line_and_nothing_written(
+    postgres_server, postgres_url, config, capsys
+) -> None:
+    wrong = postgres_url.replace(":autotune-test@", ":wrong@")
+    for argv in (["search", str(config), "--study", wrong], ["show", wrong]):
+        error = refused(argv, capsys)
+        assert "the server refused the URL's user name or password" in error
+        assert "wrong" not in error.split(": ", 1)[0]  # the password is hidden
+    assert tables(postgres_url) == set()
+
+
+def test_a_missing_database_and_an_empty_one_are_each_one_line(
+    postgres_server, postgres_url, config, capsys
+) -> None:
+    missing = postgres_server.url("no_such_database")
+    assert "the server has no such database; create it" in refused(["show", missing], capsys)
+    assert "the server has no such database" in refused(
+        ["search", str(config), "--study", missing], capsys
+    )
+    empty = refused(["show", postgres_url], capsys)
+    assert empty.endswith(
+        "holds no study (no Optuna tables); run `autotune search CONFIG "
+        f"--study {postgres_url.replace(':autotune-test@', ':***@')}` to make one."
+    )
+    assert tables(postgres_url) == set()
+
+
+def test_a_url_of_an_unknown_dialect_is_one_line(config, workdir, capsys) -> None:
+    error = refused(["search", str(config), "--study", "oracle://u:p@host/db"], capsys)
+    assert error.startswith("--study oracle://u:***@host/db: 'oracle' is not a database")
+    assert not (workdir / "studies").exists()
+
+
+def test_a_study_of_a_newer_autotune_in_postgresql_is_refused_untouched(
+    postgres_url, config, capsys
+) -> None:
+    study = optuna.create_study(storage=postgres_url, study_name="config")
+    study.set_user_attr("autotune", {"format": 99})
+    for argv in (["show", postgres_url], ["search", str(config), "--study", postgres_url]):
+        assert "written by a newer autotune (format 99" in refused(argv, capsys)
+    assert optuna.load_study(study_name="config", storage=postgres_url).trials == []
