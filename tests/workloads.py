@@ -8,6 +8,7 @@ import multiprocessing
 import os
 import signal
 import time
+from typing import Any
 
 import psutil
 import torch
@@ -159,12 +160,39 @@ _OWNER = "autotune.owner"
 """The trial attribute that names the search running it (``autotune.study.OWNER``)."""
 
 
+_ENGINES: dict[str, Any] = {}
+
+
+def _database_owners(url: str) -> set[int] | None:
+    """:func:`_owners` of a study in a database server."""
+    import json
+
+    import sqlalchemy
+
+    engine = _ENGINES.get(url)
+    if engine is None:
+        engine = _ENGINES[url] = sqlalchemy.create_engine(
+            url.replace("postgresql://", "postgresql+psycopg://")
+        )
+    query = sqlalchemy.text("SELECT value_json FROM trial_user_attributes WHERE key = :key")
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(query, {"key": _OWNER}).fetchall()
+    except sqlalchemy.exc.ProgrammingError:  # no tables yet
+        return set()
+    except sqlalchemy.exc.SQLAlchemyError:
+        return None
+    return {int(json.loads(value)["pid"]) for (value,) in rows}
+
+
 def _owners(study: str) -> set[int] | None:
-    """The pids of the searches that own a trial in the SQLite study at ``study``; None
-    while it cannot be read (a search is writing it)."""
+    """The pids of the searches that own a trial in the study at ``study`` (an SQLite
+    file, or a database URL); None while it cannot be read (a search is writing it)."""
     import json
     import sqlite3
 
+    if "://" in study:
+        return _database_owners(study)
     if not os.path.exists(study):
         return set()
     try:
