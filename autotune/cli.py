@@ -261,7 +261,7 @@ def _search(args: argparse.Namespace) -> int:
     from autotune.progress import make_progress
 
     # A repeated flag (--warm-from A --warm-from B) arrives as a list: its option's tuple.
-    options = {
+    options: dict[str, Any] = {
         name: tuple(value) if isinstance(value := getattr(args, name), list) else value
         for name in SEARCH_FLAGS
     }
