@@ -139,3 +139,51 @@ def test_a_study_of_a_newer_autotune_in_postgresql_is_refused_untouched(
     for argv in (["show", postgres_url], ["search", str(config), "--study", postgres_url]):
         assert "written by a newer autotune (format 99" in refused(argv, capsys)
     assert optuna.load_study(study_name="config", storage=postgres_url).trials == []
+
+
+def search_into(url: str, name: str, length: int, **options: object) -> str:
+    """A quick search of the sleepy workload (``length`` items) into study ``name`` of the
+    database at ``url``; its progress lines."""
+    import functools
+    import io
+
+    import workloads
+
+    stream = io.StringIO()
+    autotune.search(
+        dataset=functools.partial(workloads.SleepyDataset, length=length),
+        model=workloads.linear_model,
+        batch_size=8,
+        space={"num_workers": [0, 1, 2], "threads": 1, "batch_size": [8, 16]},
+        progress=autotune.LineProgress(stream),
+        **{**QUICK, "trials": 2, "seed": 0, "study": url, "study_name": name, **options},
+    )
+    return stream.getvalue()
+
+
+def test_a_new_study_starts_from_a_close_one_in_the_same_database(postgres_url, workdir):
+    search_into(postgres_url, "first", 256)
+    first = autotune.load(postgres_url, study_name="first")
+    # Another dataset length: the same workload as far as the loader's settings go.
+    lines = search_into(postgres_url, "second", 192)
+    assert "warm start: the " in lines
+    assert "finalist(s) of study 'first' in postgresql://autotune:***@" in lines
+    second = optuna.load_study(study_name="second", storage=postgres_url)
+    explored = [t for t in second.trials if t.user_attrs.get("autotune.role") == "explore"]
+    tried = autotune.Settings.from_dict(explored[0].user_attrs["autotune.settings"])
+    assert (tried.num_workers, tried.batch_size) == (
+        first.settings.num_workers,
+        first.settings.batch_size,
+    )
+    # Left out when asked; and a far workload (another model class) is passed over.
+    assert "warm start" not in search_into(postgres_url, "third", 192, warm_from=())
+    for name in ("first", "second", "third"):
+        study = optuna.load_study(study_name=name, storage=postgres_url)
+        meta = study.user_attrs["autotune"]
+        study.set_user_attr(
+            "autotune", {**meta, "workload": {**meta["workload"], "model_type": "Net"}}
+        )
+    lines = search_into(postgres_url, "fourth", 192)
+    assert "warm start: 3 other studies passed over, first study 'first' in " in lines
+    assert "it tuned another model type ('Net', here 'Linear')" in lines
+    assert "tried first" not in lines
