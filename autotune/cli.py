@@ -347,7 +347,10 @@ def _report(args: argparse.Namespace) -> int:
     where = _where(args)
     output = args.output
     if output is None and args.format == "html":
-        output = str(where.path.with_suffix(".html") if where.path else f"{where.name}.html")
+        # A database has no file to put the report beside: it goes to NAME.html here.
+        output = str(
+            where.path.with_suffix(".html") if where.path else f"{where.name or 'study'}.html"
+        )
     if output is None or output == "-":
         sys.stdout.write(report(where, format=args.format))
         return 0

@@ -331,12 +331,14 @@ class Places:
         return self
 
     def check_nothing_else_written(self, *, killed: bool = False) -> None:
-        """Only the config and the study; after a kill, maybe also SQLite's journal of the
-        write the kill cut short (the next opening rolls it back)."""
+        """Only the config and the study, with SQLite's files beside it."""
         assert listing(self.cwd) == []
         assert listing(self.home) == []
         assert listing(self.config.parent) in ([], [self.config.name])  # no __pycache__
-        studies = [self.study.name] + ([f"{self.study.name}-journal"] if killed else [])
+        # Beside the study, SQLite's own: a WAL study's log and index; after a kill, also
+        # the journal of a write the kill cut short (the next opening rolls it back).
+        studies = [self.study.name, f"{self.study.name}-wal", f"{self.study.name}-shm"]
+        studies += [f"{self.study.name}-journal"] if killed else []
         assert set(listing(self.study.parent)) <= set(studies)
         assert self.study.name in listing(self.study.parent)
 

@@ -20,6 +20,7 @@ from autotune import Settings
 from autotune.inloop._budget import Budget
 from autotune.inloop._climb import ClimbOptions, without_persistence
 from autotune.inloop._tuner import Tuner, TunerOptions
+from autotune.study import locate
 
 LOG = logging.getLogger("autotune.inloop.test")
 STARTUP = 0.5
@@ -42,7 +43,7 @@ def make(
         window_seconds=0.0,
         retune=retune,
         device="cpu",
-        record=record,
+        record=locate(record, None) if record is not None else None,
         epoch_batches=1000,
         retune_seconds=0.5,
     )
