@@ -13,6 +13,10 @@ and at 10,000: a throughput varies by a factor, not by an amount.
 - :func:`pooled_log_spread`: the standard deviation of the logarithms of several
   configs' rounds, pooled over the configs measured in the same rounds, so three
   rounds that happen to agree do not read as no noise.
+
+Below every spread lies :data:`DEFAULT_TOLERANCE`, the least relative difference that
+counts however quiet the measurements: the one default for the search, the online climb
+and the benchmarks that judge them.
 """
 
 from __future__ import annotations
@@ -21,6 +25,11 @@ import dataclasses
 import math
 import statistics
 from collections.abc import Mapping, Sequence
+
+DEFAULT_TOLERANCE = 0.03
+"""Configs within this fraction of each other count as equally fast, however quiet their
+figures: the default of the search's and the online climb's ``tolerance``, and the
+tolerance of a saved result that does not record its own."""
 
 
 def window_spread(rates: Sequence[float]) -> float:

@@ -8,8 +8,8 @@ For each workload section of each results file, judged again by this version's r
 - for a section judged on a final set, the median and worst choice against the grid
   best (the verdicts' reading) and against the leader the first set ranked first.
 
-Then, over every section, how many twins fell within 3% and 5% of 1. Prints a markdown
-table; ``--json`` writes the figures too.
+Then, over every section, how many twins fell within autotune's default tolerance and
+within 5% of 1. Prints a markdown table; ``--json`` writes the figures too.
 
 ::
 
@@ -27,6 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from autotune._noise import DEFAULT_TOLERANCE
 from benchmarks.generalise._report import _judged_again
 
 
@@ -76,11 +77,12 @@ def markdown(found: list[dict[str, Any]]) -> str:
         )
     ratios = sorted(row["twin"]["ratio"] for row in found if row["twin"])
     if ratios:
-        within = {b: sum(abs(r - 1) <= b for r in ratios) for b in (0.03, 0.05)}
+        within = {b: sum(abs(r - 1) <= b for r in ratios) for b in (DEFAULT_TOLERANCE, 0.05)}
         lines += [
             "",
             f"Checker vs itself over {len(ratios)} sections: {ratios[0]:.3f}-{ratios[-1]:.3f}, "
-            f"median {statistics.median(ratios):.3f}; within 3% of 1: {within[0.03]}, "
+            f"median {statistics.median(ratios):.3f}; "
+            f"within {DEFAULT_TOLERANCE:.0%} of 1: {within[DEFAULT_TOLERANCE]}, "
             f"within 5%: {within[0.05]}.",
         ]
     return "\n".join(lines)

@@ -6,7 +6,7 @@ No DataLoader, no worker, no other process: whatever moves here moves under the 
 and the plain-loop checker too. For each thread count it prints the median samples/s, the
 coefficient of variation over windows, the spread of the ratio of each window to the
 next (an A/A pair: the same config measured twice, side by side), and how many of those
-pairs fall within 3% and 5% of each other.
+pairs fall within autotune's default tolerance and within 5% of each other.
 
 ::
 
@@ -25,6 +25,8 @@ import time
 
 import torch
 from torch import nn
+
+from autotune._noise import DEFAULT_TOLERANCE
 
 
 def windows(threads: int, seconds: float, count: int, batch: int) -> list[float]:
@@ -53,12 +55,13 @@ def summary(rates: list[float]) -> str:
     """The line of one thread count: level, spread, and the A/A pairs."""
     pairs = [b / a for a, b in itertools.pairwise(rates)]
     logs = [math.log(p) for p in pairs]
-    within = {bound: sum(abs(p - 1) <= bound for p in pairs) for bound in (0.03, 0.05)}
+    within = {bound: sum(abs(p - 1) <= bound for p in pairs) for bound in (DEFAULT_TOLERANCE, 0.05)}
     return (
         f"median {statistics.median(rates):,.0f} samples/s (range {min(rates):,.0f}-"
         f"{max(rates):,.0f}), CV {statistics.pstdev(rates) / statistics.mean(rates):.1%}; "
         f"window over the one before: sd of log {statistics.pstdev(logs):.3f}, "
-        f"within 3%: {within[0.03]}/{len(pairs)}, within 5%: {within[0.05]}/{len(pairs)}"
+        f"within {DEFAULT_TOLERANCE:.0%}: {within[DEFAULT_TOLERANCE]}/{len(pairs)}, "
+        f"within 5%: {within[0.05]}/{len(pairs)}"
     )
 
 

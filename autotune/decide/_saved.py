@@ -12,6 +12,7 @@ import dataclasses
 import optuna
 
 from autotune._errors import StudyError
+from autotune._noise import DEFAULT_TOLERANCE
 from autotune.decide._choose import Candidate, cheapest_within
 from autotune.machine import Machine
 from autotune.result import SearchResult
@@ -43,7 +44,7 @@ def result_of(study: optuna.Study, *, where: StudyLocation | None = None) -> Sea
             f"study {study.study_name!r} has no finished trial to take settings from; "
             "run `autotune search` on it first."
         )
-    tolerance = float(meta.get("options", {}).get("tolerance", 0.03))
+    tolerance = float(meta.get("options", {}).get("tolerance", DEFAULT_TOLERANCE))
     user_batch = int(meta.get("batch_size") or 32)
     pick = cheapest_within(
         [Candidate(r.settings, r.value) for r in measured if r.settings and r.value],

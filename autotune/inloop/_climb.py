@@ -30,7 +30,7 @@ import statistics
 from collections.abc import Sequence
 
 from autotune._format import format_rate
-from autotune._noise import window_spread
+from autotune._noise import DEFAULT_TOLERANCE, window_spread
 from autotune.decide import cost
 from autotune.probe import Window
 from autotune.settings import TORCH_PREFETCH, Settings
@@ -74,7 +74,7 @@ class ClimbOptions:
     None: ``max_workers``."""
     windows: int = 3
     """Windows measured per config before it is judged."""
-    tolerance: float = 0.03
+    tolerance: float = DEFAULT_TOLERANCE
     """The least relative difference that counts, however quiet the windows."""
     max_prefetch: int = 8
     pin_memory: bool = False

@@ -15,7 +15,7 @@ from typing import Any
 
 from autotune._errors import ConfigError, StudyError
 from autotune._format import format_rate
-from autotune._noise import LogSpread
+from autotune._noise import DEFAULT_TOLERANCE, LogSpread
 from autotune.machine import Machine
 from autotune.probe import Figures, Measurement
 from autotune.result._budget import BudgetPlan
@@ -50,7 +50,9 @@ class SearchResult(Confirmation):
     loader_limit: Measurement | None = None
     """The winner's loader alone with the most workers the default space tries (4 per CPU,
     at most 32): about the most any worker count gets out of this dataset here."""
-    tolerance: float = 0.0
+    tolerance: float = DEFAULT_TOLERANCE
+    """Configs within this fraction of the best counted as equally fast when it was chosen
+    (a result saved without one was chosen under the default)."""
     user_batch_size: int | None = None
     """The batch size the user trains with today (the default loader's)."""
     space: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -315,7 +317,7 @@ class SearchResult(Confirmation):
             loader_limit=(
                 Measurement.from_dict(data["loader_limit"]) if data.get("loader_limit") else None
             ),
-            tolerance=data.get("tolerance", 0.0),
+            tolerance=data.get("tolerance", DEFAULT_TOLERANCE),
             confirmed=data.get("confirmed", True),
             rounds=data.get("rounds", 0),
             noise=data.get("noise", 0.0),

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autotune._errors import ConfigError
+from autotune._noise import DEFAULT_TOLERANCE
 
 _UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 BACKENDS = ("optuna", "ray")
@@ -62,7 +63,7 @@ class SearchOptions:
     sizes within a factor of two; any other is passed over with a line saying why."""
     seed: int | None = None
     """Seeds the sampler and the probes' data order, for repeatable searches."""
-    tolerance: float = 0.03
+    tolerance: float = DEFAULT_TOLERANCE
     """Configs within this fraction of the best count as equally fast; the cheapest wins."""
     window_seconds: float = 0.5
     """Length of one measuring window; the pruner decides after each.

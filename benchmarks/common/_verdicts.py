@@ -15,11 +15,13 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from autotune._noise import DEFAULT_TOLERANCE
+
 VS_ORACLE = 0.97
 SEARCH_VS_GRID = 0.15
 VS_CEILING = 0.90
 VS_DEFAULTS = 0.98
-CLEAR_MARGIN = 0.03
+CLEAR_MARGIN = DEFAULT_TOLERANCE
 """autotune's own default tolerance: the noise within which configs count as equal."""
 BASELINES = ("defaults", "rule of thumb", "greedy sweep", "loader-only")
 
