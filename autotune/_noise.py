@@ -7,7 +7,11 @@ and at 10,000: a throughput varies by a factor, not by an amount.
 - :func:`window_spread`: the windows of one run (a probe, or one config online), many and
   alike, so their standard deviation over their mean;
 - :func:`half_range`: a config's figures over a few confirming rounds, so half their
-  range over their median, which one odd round cannot drag as it drags a mean;
+  range over their median, which one odd round cannot drag as it drags a mean: how far
+  a round may stray from the median either way (the confirmation's and the plain-loop
+  checker's spread);
+- :func:`relative_range`: the same rounds' whole range over their median, twice the
+  half range: how far apart the rounds read end to end (the suite's round spread);
 - :func:`difference_error`: the standard error of the relative difference of two runs'
   throughputs, from each run's window spread and window count;
 - :func:`pooled_log_spread`: the standard deviation of the logarithms of several
@@ -40,15 +44,22 @@ def window_spread(rates: Sequence[float]) -> float:
     return statistics.stdev(rates) / statistics.fmean(rates)
 
 
-def half_range(rates: Sequence[float]) -> float | None:
-    """Half the range of ``rates`` over their median; None for fewer than two rates or a
+def relative_range(rates: Sequence[float]) -> float | None:
+    """The range of ``rates`` over their median; None for fewer than two rates or a
     median that is not positive."""
     if len(rates) < 2:
         return None
     middle = statistics.median(rates)
     if middle <= 0:
         return None
-    return (max(rates) - min(rates)) / (2 * middle)
+    return (max(rates) - min(rates)) / middle
+
+
+def half_range(rates: Sequence[float]) -> float | None:
+    """Half the range of ``rates`` over their median (half :func:`relative_range`); None
+    for fewer than two rates or a median that is not positive."""
+    whole = relative_range(rates)
+    return None if whole is None else whole / 2
 
 
 def difference_error(*runs: tuple[float, int]) -> float:

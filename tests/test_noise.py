@@ -5,11 +5,19 @@ from __future__ import annotations
 
 import pytest
 
-from autotune._noise import difference_error, half_range, pooled_log_spread, window_spread
+from autotune._noise import (
+    difference_error,
+    half_range,
+    pooled_log_spread,
+    relative_range,
+    window_spread,
+)
 from autotune.decide._ddp import _noise as ddp_noise
 from autotune.inloop._climb import noise as climb_noise
 from autotune.probe import Figures, Window
 from autotune.result._predict import prediction_interval
+from benchmarks.common._checker import spread as checker_spread
+from benchmarks.suite._compare import spread as suite_spread
 
 
 def figures(*rates: float) -> Figures:
@@ -48,6 +56,20 @@ def test_the_rounds_half_range() -> None:
     assert half_range([3.0]) is None and half_range([0.0, 0.0]) is None
 
 
+def test_the_rounds_whole_range_is_twice_the_half_range() -> None:
+    assert relative_range([1.31, 1.25, 1.4]) == 2 * 0.05725190839694653
+    assert relative_range([90.0, 100.0, 110.0]) == pytest.approx(0.2)
+    assert relative_range([3.0]) is None and relative_range([0.0, 0.0]) is None
+
+
+def test_the_benchmarks_spreads_are_the_noise_modules() -> None:
+    """The checker's spread is the half range, the suite's the whole range (0 for none)."""
+    for rates in ([1.31, 1.25, 1.4], [90.0, 100.0, 110.0], [7.0, 7.5]):
+        assert checker_spread(rates) == half_range(rates)
+        assert suite_spread(rates) == relative_range(rates)
+    assert checker_spread([3.0]) == suite_spread([3.0]) == 0.0
+
+
 def test_the_ddp_stages_standard_error_of_a_difference() -> None:
     assert ddp_noise(A, B) == 0.033519303728430434
     assert ddp_noise(figures(), figures()) == 0.0
@@ -71,6 +93,7 @@ def test_every_spread_is_scale_free(rates: list[float]) -> None:
     scaled = [rate * 7.5 for rate in rates]
     assert window_spread(scaled) == pytest.approx(window_spread(rates))
     assert half_range(scaled) == pytest.approx(half_range(rates))
+    assert relative_range(scaled) == pytest.approx(relative_range(rates))
     pooled, own = pooled_log_spread([scaled]), pooled_log_spread([rates])
     assert pooled is not None and own is not None
     assert (pooled.sd, pooled.degrees) == (pytest.approx(own.sd), own.degrees)

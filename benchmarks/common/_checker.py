@@ -44,6 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from autotune._noise import half_range
 from autotune.settings._settings import Settings
 from autotune.workload._workload import Workload, load_config
 from benchmarks.common._zygote import Zygote, ZygoteError
@@ -70,12 +71,9 @@ def median(values: Sequence[float]) -> float:
 
 
 def spread(values: Sequence[float]) -> float:
-    """Half the range over the median, (max - min) / (2 * median): how far a round may
-    stray from the median either way; 0 for fewer than two rounds."""
-    middle = median(values)
-    if len(values) < 2 or middle <= 0:
-        return 0.0
-    return (max(values) - min(values)) / (2 * middle)
+    """:func:`autotune._noise.half_range` of the rounds: how far a round may stray from
+    the median either way; 0 for fewer than two rounds or a median that is not positive."""
+    return half_range(values) or 0.0
 
 
 # --------------------------------------------------------------------- the parent's side

@@ -14,6 +14,7 @@ import statistics
 from collections.abc import Callable, Sequence
 
 from autotune import Settings
+from autotune._noise import relative_range
 from autotune.probe import Mode
 from benchmarks.common._checker import round_order
 from benchmarks.suite._harness import Harness
@@ -60,11 +61,9 @@ def median(values: Sequence[float]) -> float:
 
 
 def spread(values: Sequence[float]) -> float:
-    """(max - min) / median of the rounds: how much the figure moved between rounds."""
-    middle = median(values)
-    if len(values) < 2 or middle <= 0:
-        return 0.0
-    return (max(values) - min(values)) / middle
+    """:func:`autotune._noise.relative_range` of the rounds: how much the figure moved
+    between rounds; 0 for fewer than two rounds or a median that is not positive."""
+    return relative_range(values) or 0.0
 
 
 def measure_entry(entry: Entry, round_number: int) -> float:
