@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import statistics
 import sys
 import time
@@ -30,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autotune import Settings
+from autotune._noise import pooled_log_spread
 from autotune.probe import ProbeRequest, WorkloadSource, run_probe, start_probe_server
 from autotune.workload import load_config
 
@@ -86,12 +86,12 @@ def main(argv: list[str] | None = None) -> int:
             )
     for way in ways:
         for settings, found in zip(configs[1:], speedups[way], strict=True):
-            if len(found) < 2:
+            spread = pooled_log_spread([found])
+            if spread is None:
                 continue
-            spread = statistics.stdev(math.log(ratio) for ratio in found)
             print(
                 f"{way}: {settings.describe()}: median {statistics.median(found):.3f}x, "
-                f"sd of log {spread:.3f} over {len(found)} rounds"
+                f"sd of log {spread.sd:.3f} over {len(found)} rounds"
             )
     return 0
 
