@@ -86,6 +86,19 @@ def _legend_markers(axes: Axes, entries: Sequence[tuple[str, dict[str, Any]]]) -
 
 
 # --------------------------------------------------------------------- timeline
+TIMELINE_LEGEND: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("explore", {"marker": "o", "color": ROLE_COLORS["explore"]}),
+    ("confirm", {"marker": "o", "color": ROLE_COLORS["confirm"]}),
+    ("default loader", {"marker": "o", "color": ROLE_COLORS["baseline"]}),
+    (
+        "pruned (hollow)",
+        {"marker": "o", "markerfacecolor": "white", "color": ROLE_COLORS["explore"]},
+    ),
+    ("failed", {"marker": "x", "color": FAILED}),
+    ("best so far", {"marker": "_", "color": "black", "markersize": 14}),
+)
+
+
 def timeline(data: ReportData) -> Plot | None:
     """Throughput by trial over time: each trial's windows, its final figure, the best so far."""
     points = [p for p in data.trials if p.end_s is not None]
@@ -94,52 +107,12 @@ def timeline(data: ReportData) -> Plot | None:
     span = max(p.end_s or 0.0 for p in points)
     unit, scale = ("min", 60.0) if span > 180 else ("s", 1.0)
     figure, axes = _figure(10, 4.2)
-    best: list[tuple[float, float]] = []
-    for point in points:
-        record = point.record
-        end = (point.end_s or 0.0) / scale
-        color = ROLE_COLORS.get(record.role, "#777777")
-        _window_steps(axes, point, scale, color)
-        if record.state == "FAIL":
-            axes.scatter([end], [0], marker="x", color=FAILED, s=36, zorder=4)
-        elif record.value is not None:
-            hollow = record.state == "PRUNED"
-            axes.scatter(
-                [end],
-                [record.value],
-                s=30,
-                zorder=4,
-                facecolors="white" if hollow else color,
-                edgecolors=color,
-                linewidths=1.3,
-            )
-            if record.role != "baseline" and record.state == "COMPLETE":
-                best.append((end, record.value))
-    if best:
-        best.sort()
-        xs, ys, top = [], [], 0.0
-        for x, y in best:
-            top = max(top, y)
-            xs.append(x)
-            ys.append(top)
-        axes.step(xs, ys, where="post", color="black", linewidth=1.2, zorder=3)
+    best = [_timeline_point(axes, point, scale) for point in points]
+    _best_so_far(axes, [b for b in best if b is not None])
     axes.set_xlabel(f"time since the first trial ({unit})")
     axes.set_ylabel("samples/s")
     axes.set_ylim(bottom=0)
-    _legend_markers(
-        axes,
-        [
-            ("explore", {"marker": "o", "color": ROLE_COLORS["explore"]}),
-            ("confirm", {"marker": "o", "color": ROLE_COLORS["confirm"]}),
-            ("default loader", {"marker": "o", "color": ROLE_COLORS["baseline"]}),
-            (
-                "pruned (hollow)",
-                {"marker": "o", "markerfacecolor": "white", "color": ROLE_COLORS["explore"]},
-            ),
-            ("failed", {"marker": "x", "color": FAILED}),
-            ("best so far", {"marker": "_", "color": "black", "markersize": 14}),
-        ],
-    )
+    _legend_markers(axes, list(TIMELINE_LEGEND))
     return Plot(
         key="timeline",
         title="Throughput by trial over time",
@@ -150,6 +123,43 @@ def timeline(data: ReportData) -> Plot | None:
         ),
         png=_png(figure),
     )
+
+
+def _timeline_point(axes: Axes, point: TrialPoint, scale: float) -> tuple[float, float] | None:
+    """Draw one trial's windows and end; its (end, figure) when it counts for the best so far."""
+    record = point.record
+    end = (point.end_s or 0.0) / scale
+    color = ROLE_COLORS.get(record.role, "#777777")
+    _window_steps(axes, point, scale, color)
+    if record.state == "FAIL":
+        axes.scatter([end], [0], marker="x", color=FAILED, s=36, zorder=4)
+    elif record.value is not None:
+        hollow = record.state == "PRUNED"
+        axes.scatter(
+            [end],
+            [record.value],
+            s=30,
+            zorder=4,
+            facecolors="white" if hollow else color,
+            edgecolors=color,
+            linewidths=1.3,
+        )
+        if record.role != "baseline" and record.state == "COMPLETE":
+            return (end, record.value)
+    return None
+
+
+def _best_so_far(axes: Axes, best: list[tuple[float, float]]) -> None:
+    """The best complete trial so far, as black steps over time."""
+    if not best:
+        return
+    best.sort()
+    xs, ys, top = [], [], 0.0
+    for x, y in best:
+        top = max(top, y)
+        xs.append(x)
+        ys.append(top)
+    axes.step(xs, ys, where="post", color="black", linewidth=1.2, zorder=3)
 
 
 def _window_steps(axes: Axes, point: TrialPoint, scale: float, color: str) -> None:
@@ -169,6 +179,20 @@ def _window_steps(axes: Axes, point: TrialPoint, scale: float, color: str) -> No
 
 
 # --------------------------------------------------------------------- by knob
+KNOB_LABELS = {"num_workers": "num_workers", "batch_size": "batch size"}
+KNOB_LEGEND: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("pruned (hollow)", {"marker": "o", "markerfacecolor": "white", "color": "#555555"}),
+    (
+        "default loader",
+        {"marker": "D", "markerfacecolor": "none", "color": ROLE_COLORS["baseline"]},
+    ),
+    (
+        "chosen",
+        {"marker": "*", "color": "#F2C14E", "markeredgecolor": "black", "markersize": 12},
+    ),
+)
+
+
 def by_knob(data: ReportData, knob: str, hue: str) -> Plot | None:
     """Throughput against one knob, coloured by another."""
     records = _measured(data)
@@ -177,25 +201,67 @@ def by_knob(data: ReportData, knob: str, hue: str) -> Plot | None:
     from matplotlib import colormaps
     from matplotlib.colors import Normalize
 
-    def value(record: TrialRecord, name: str) -> float:
-        settings = record.settings
-        assert settings is not None
-        return float(getattr(settings, name))
-
-    hues = sorted({value(r, hue) for r in records})
+    hues = sorted({_knob_value(r, hue) for r in records})
     cmap = colormaps["viridis"]
     norm = Normalize(min(hues), max(hues) if max(hues) > min(hues) else min(hues) + 1)
     figure, axes = _figure(6.2, 4.0)
+    best_at = _knob_points(axes, records, knob, lambda r: cmap(norm(_knob_value(r, hue))))
+    _mark_chosen(axes, data, knob)
+    xs = sorted(best_at)
+    axes.plot(xs, [best_at[x] for x in xs], color="#555555", linestyle="--", linewidth=1, zorder=2)
+    if knob == "batch_size":
+        axes.set_xscale("log", base=2)
+        axes.set_xticks(xs, [str(int(x)) for x in xs])
+    else:
+        axes.set_xticks(xs, [str(int(x)) for x in xs])
+    axes.set_xlabel(KNOB_LABELS.get(knob, knob))
+    axes.set_ylabel("samples/s")
+    axes.set_ylim(bottom=0)
+    entries: list[tuple[str, dict[str, Any]]] = []
+    if len(hues) <= 6:
+        entries += [
+            (f"{KNOB_LABELS.get(hue, hue)} {int(h)}", {"marker": "o", "color": cmap(norm(h))})
+            for h in hues
+        ]
+    else:
+        from matplotlib.cm import ScalarMappable
+
+        figure.colorbar(
+            ScalarMappable(norm=norm, cmap=cmap), ax=axes, label=KNOB_LABELS.get(hue, hue)
+        )
+    entries += KNOB_LEGEND
+    _legend_markers(axes, entries)
+    name = KNOB_LABELS.get(knob, knob)
+    return Plot(
+        key=f"by_{knob}",
+        title=f"Throughput vs {name}",
+        caption=(
+            f"Every measured trial by its {name}, coloured by {KNOB_LABELS.get(hue, hue)}; the "
+            f"dashed line joins the best at each {name}."
+        ),
+        png=_png(figure),
+    )
+
+
+def _knob_value(record: TrialRecord, name: str) -> float:
+    settings = record.settings
+    assert settings is not None
+    return float(getattr(settings, name))
+
+
+def _knob_points(
+    axes: Axes, records: list[TrialRecord], knob: str, color_of: Callable[[TrialRecord], Any]
+) -> dict[float, float]:
+    """Draw each trial at its knob (repeats spread apart); the best figure at each value."""
     placed: dict[float, int] = {}
-    winner = data.result.settings if data.result else None
     best_at: dict[float, float] = {}
     for record in records:
         rate = record.value or 0.0
-        x = value(record, knob)
+        x = _knob_value(record, knob)
         placed[x] = placed.get(x, 0) + 1
         spread = 0.06 * ((placed[x] % 5) - 2)
         px = x * 2**spread if knob == "batch_size" else x + spread
-        color = cmap(norm(value(record, hue)))
+        color = color_of(record)
         hollow = record.state == "PRUNED"
         axes.scatter(
             [px],
@@ -218,6 +284,12 @@ def by_knob(data: ReportData, knob: str, hue: str) -> Plot | None:
                 linewidths=1.6,
                 zorder=4,
             )
+    return best_at
+
+
+def _mark_chosen(axes: Axes, data: ReportData, knob: str) -> None:
+    """A star at the chosen config, when the study chose one."""
+    winner = data.result.settings if data.result else None
     if winner is not None and data.result is not None:
         axes.scatter(
             [float(getattr(winner, knob))],
@@ -229,49 +301,6 @@ def by_knob(data: ReportData, knob: str, hue: str) -> Plot | None:
             linewidths=0.8,
             zorder=5,
         )
-    xs = sorted(best_at)
-    axes.plot(xs, [best_at[x] for x in xs], color="#555555", linestyle="--", linewidth=1, zorder=2)
-    if knob == "batch_size":
-        axes.set_xscale("log", base=2)
-        axes.set_xticks(xs, [str(int(x)) for x in xs])
-    else:
-        axes.set_xticks(xs, [str(int(x)) for x in xs])
-    label = {"num_workers": "num_workers", "batch_size": "batch size"}
-    axes.set_xlabel(label.get(knob, knob))
-    axes.set_ylabel("samples/s")
-    axes.set_ylim(bottom=0)
-    entries: list[tuple[str, dict[str, Any]]] = []
-    if len(hues) <= 6:
-        entries += [
-            (f"{label.get(hue, hue)} {int(h)}", {"marker": "o", "color": cmap(norm(h))})
-            for h in hues
-        ]
-    else:
-        from matplotlib.cm import ScalarMappable
-
-        figure.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes, label=label.get(hue, hue))
-    entries += [
-        ("pruned (hollow)", {"marker": "o", "markerfacecolor": "white", "color": "#555555"}),
-        (
-            "default loader",
-            {"marker": "D", "markerfacecolor": "none", "color": ROLE_COLORS["baseline"]},
-        ),
-        (
-            "chosen",
-            {"marker": "*", "color": "#F2C14E", "markeredgecolor": "black", "markersize": 12},
-        ),
-    ]
-    _legend_markers(axes, entries)
-    name = label.get(knob, knob)
-    return Plot(
-        key=f"by_{knob}",
-        title=f"Throughput vs {name}",
-        caption=(
-            f"Every measured trial by its {name}, coloured by {label.get(hue, hue)}; the dashed "
-            f"line joins the best at each {name}."
-        ),
-        png=_png(figure),
-    )
 
 
 # --------------------------------------------------------------------- wait share
