@@ -2,7 +2,7 @@
 confirming rounds, taken two ways, in saved studies:
 
 - ``beside``: against the geometric mean of the default's measurements nearest before
-  and after it in the round, as the search judges since 4b52aac
+  and after it in the round, as the search judges
   (:func:`autotune.decide._rounds.gather`);
 - ``end``: against the one default measurement at the end of the round's list, as the
   search judged before (the default was measured once a round, last in odd rounds and
@@ -10,7 +10,7 @@ confirming rounds, taken two ways, in saved studies:
 
 For each study: the median over complete finalists of the relative spread of their
 speedups (half the range over the median), both ways. A study whose confirming trials
-carry no position (made before 4b52aac) is skipped.
+carry no position (made before the search recorded positions) is skipped.
 
 ::
 

@@ -12,9 +12,9 @@ The probe is timed as long as one probe of a search's confirming rounds
 (:func:`confirming_seconds`, 4.5 s with the default options), the span behind every
 figure a search prints, and the plain loop as long. A shorter span tests a figure no
 search reports: io-bound's choice (15 persistent workers, an epoch about 1.5 s long)
-read by 3 windows of 0.5 s came out 1,400 samples/s in 7 of 9 rounds and ~1,300 in 2
-(by the look of it, as the span held an epoch's start or missed it), 1.048 of the plain
-loop's 1,335; by 9 windows, 1.000 (7 rounds each, ``tools/probe_vs_plain.py``).
+read by 3 windows of 0.5 s came out in two modes, as the span held an epoch's start or
+missed it, and apart from the plain loop; by 9 windows, as the plain loop
+(``tools/probe_vs_plain.py``; docs/benchmark-history.md has the run).
 
 ``--from-studies DIR`` reads each workload's search from the study an earlier run kept
 (``--study-dir``) instead of searching again: the side-by-side rounds alone.

@@ -2,11 +2,11 @@
 
 The agreement check first searched, then timed the plain loop minutes later: on a
 shared VM the machine itself drifted by a quarter between the two (hf-style-text's
-default loader: 345 samples/s in the plain loop at 16:40, 252 at 18:35), and the
-drift read as disagreement. Here each round measures every config twice, once with
-autotune's probe (a new process, windows as a search's confirming round takes them)
-and once with the plain-loop checker (a new process, no autotune code), one right
-after the other, the order alternating between rounds, so that a drift moves both.
+default loader, docs/benchmark-history.md), and the drift read as disagreement. Here
+each round measures every config twice, once with autotune's probe (a new process,
+windows as a search's confirming round takes them) and once with the plain-loop checker
+(a new process, no autotune code), one right after the other, the order alternating
+between rounds, so that a drift moves both.
 
 This module imports the probe; :mod:`benchmarks.common._checker` must not, and does not
 import this one.

@@ -56,11 +56,12 @@ and at each other batch size and AMP a search chose, the default loader
 (`DataLoader(ds, batch_size=B)`, threads left to torch) and each choice. Every figure
 is the median of those rounds; spread is half their range over the median. "Grid best"
 is the best grid point. "autotune printed" is what the search printed for its choice:
-its samples/s with the 95% prediction interval of its confirming rounds (before b2fadca,
-their lowest and highest), and its speedup; "inside?" asks whether the plain loop's
-median falls within that samples/s interval. The space cost is the configs in the space
-the search covered × the checker's rounds × the mean wall time of one checker measurement in the
-same run: what measuring that whole space at the checker's precision would take.
+its samples/s with the 95% prediction interval of its confirming rounds (in runs saved
+before autotune printed one, their lowest and highest), and its speedup; "inside?" asks
+whether the plain loop's median falls within that samples/s interval. The space cost is
+the configs in the space the search covered × the checker's rounds × the mean wall time
+of one checker measurement in the same run: what measuring that whole space at the
+checker's precision would take.
 """
         + _peer_reading(options)
         + _final_reading(options)

@@ -3,17 +3,16 @@ planned config, then the final set over the configs the verdicts compare.
 
 Why two sets. The first set measures every grid point once a round, and a round of 44-88
 configs lasts minutes. On 2 shared CPUs the machine's speed moves by 10-50% over such
-spans (numpy-memmap at 1ed0a02: the default loader read 8,740, 9,443 and 15,828 samples/s
-in its three rounds). A median taken per config mixes those states, and the grid's best
-point is the highest of many noisy medians, so it sits above what that loader measures
-again (the winner's curse). The first set only picks the leaders: the few grid points
-with the highest medians. The final set measures them again, beside the default loader
-and each search's choice, in rounds of their own a minute long, and every verdict is a
-ratio taken within one round (:mod:`benchmarks.generalise._targets`): the leaders were
-picked on other measurements than the ones that grade them. The final set also measures
-the grid point that is the default under another name (:func:`default_twin`): the same
-config twice, whose ratio says how far apart the checker reads two loaders that train
-alike.
+spans (docs/benchmark-history.md, "A final set of rounds for the judge"). A median taken
+per config mixes those states, and the grid's best point is the highest of many noisy
+medians, so it sits above what that loader measures again (the winner's curse). The
+first set only picks the leaders: the few grid points with the highest medians. The
+final set measures them again, beside the default loader and each search's choice, in
+rounds of their own a minute long, and every verdict is a ratio taken within one round
+(:mod:`benchmarks.generalise._targets`): the leaders were picked on other measurements
+than the ones that grade them. The final set also measures the grid point that is the
+default under another name (:func:`default_twin`): the same config twice, whose ratio
+says how far apart the checker reads two loaders that train alike.
 
 Nothing here imports the probe, the exploration or the decision.
 """
@@ -33,10 +32,10 @@ Say = Callable[[str], None]
 
 FINAL_ROUNDS = 15
 """Rounds of the final set. On 2 shared CPUs a round's ratio strays by 10-15% (the
-default over its twin read 0.82-1.29 at 5 rounds, ``tools/checker_resolution.py``), and
-a median narrows only by the square root of the rounds: 15 are 5's spread over 1.7.
-Measurements forked from the zygote (about 2.5 s each) pay for them: 7 configs in 15
-rounds take about as long as in 5 rounds of new interpreters."""
+default over its twin, ``tools/checker_resolution.py``), and a median narrows only by
+the square root of the rounds: 15 are 5's spread over 1.7. Measurements forked from the
+zygote, a third of a new interpreter's cost, pay for them: 7 configs in 15 rounds take
+about as long as in 5 rounds of new interpreters."""
 LEADERS = 3
 """Grid points the first set passes on to the final set."""
 

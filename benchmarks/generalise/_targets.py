@@ -8,8 +8,8 @@
   ``result.space``) x the checker's rounds x the mean wall time of one checker
   measurement in this run;
 - every choice's checker median inside the interval autotune printed for it (its
-  ``result.interval``: the 95% prediction interval of its confirming rounds since
-  b2fadca, the lowest and highest of them before).
+  ``result.interval``: the 95% prediction interval of its confirming rounds; in runs
+  saved before autotune printed one, the lowest and highest of them).
 
 Where the checker's final set of rounds measured the default, every choice and the
 grid's leaders again (:mod:`benchmarks.generalise._rounds`), the ratios are paired: the
@@ -36,9 +36,9 @@ grid best its ratio is 1. The default is the one config measured under two names
 a search chose the default and the grid best is its twin, the choice is the grid best
 under its other name, and its ``vs_grid`` is 1 likewise (``vs_grid_measured`` keeps the
 default's own reading, the twin's ratio). Read through its own row instead, such a
-choice would be judged by the checker's distance from itself (small-in-ram at b4d67da:
-all three searches chose the default, the grid best was its twin, and the two read
-0.957 apart in the same 15 rounds).
+choice would be judged by the checker's distance from itself (as small-in-ram's was
+once: all three searches chose the default and the grid best was its twin; see
+docs/benchmark-history.md).
 
 Pure functions of JSON-type figures, so the tests judge made-up figures on both sides
 of every bound.

@@ -40,20 +40,20 @@ DEFAULT_BOUND = 1.0
 """... and at most the default loader's."""
 DEFAULT_ROUNDS = 5
 """Rounds of each loader's epoch. Where the online loader keeps the default's settings
-(hf-style-text) the two differ by under 1%; medians of 3 rounds came out on either
-side of 1.0 from run to run (1.005-1.014 over, on the same settings), so 5."""
+(hf-style-text) the two differ by under 1%, within which medians of 3 rounds came out
+on either side of 1.0 from run to run, so 5."""
 DEFAULT_WORKLOADS = ("io-bound", "cpu-decode", "hdf5-chunked", "hf-style-text")
 EPOCH_ITEMS: dict[str, int] = {
     # 512 steps each: the online loader's default budget, 5% of an epoch's steps, is
-    # then 26 steps everywhere. At 256 (the lengths until 2026-11-23) it was 13 on
-    # cpu-decode and hdf5-chunked: less than one window after a switch's warm-up.
+    # then 26 steps everywhere. At 256 it would be 13: less than one window after a
+    # switch's warm-up.
     #
     # Its 2,048 items 8 times: about 190 s at the default loader's 85 samples/s, 12 s
     # at 16 workers' 1,400. Shorter, and the 2 batches an online loader must load
     # without workers before it knows it waits (0.3 s each) outweigh 5% of the epoch:
     # an online tuner needs an epoch long enough to pay back what it measures.
     "io-bound": 16384,
-    # Its 1,024 files 16 times: 22.9 s with the default loader (2026-11-23 run).
+    # Its 1,024 files 16 times: about 20 s with the default loader.
     "cpu-decode": 16384,
     # Its 16,384 rows: 35.8 s with the default loader.
     "hdf5-chunked": 16384,
