@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from autotune import Machine, Measurement, SearchResult, Settings
-from autotune.decide._diagnosis import diagnose, diagnose_config
+from autotune.decide._diagnosis import Context, diagnose, diagnose_config
 from autotune.machine._monitor import GpuFigures, MonitorFigures
 from autotune.output._report._html import _card
 from autotune.output._report._markdown import _diagnosis_section
@@ -78,7 +78,7 @@ def measured(figures: Figures) -> Measurement:
 
 
 def test_the_diagnosis_prints_the_busy_share_next_to_the_wait_share() -> None:
-    diagnosis = diagnose_config("best", measured(ON_GPU), device="cuda:0")
+    diagnosis = diagnose_config("best", measured(ON_GPU), context=Context(device="cuda:0"))
     assert diagnosis.device_busy_share == pytest.approx(0.8)
     assert "waiting for data 25% of each step, device busy 80%" in diagnosis.headline()
     assert "device busy 80%" in diagnosis_lines([diagnosis])[0]
@@ -89,7 +89,7 @@ def test_the_diagnosis_prints_the_busy_share_next_to_the_wait_share() -> None:
 
 
 def test_on_the_cpu_the_diagnosis_says_nothing_new() -> None:
-    diagnosis = diagnose_config("best", measured(ON_CPU), device="cpu")
+    diagnosis = diagnose_config("best", measured(ON_CPU), context=Context(device="cpu"))
     assert diagnosis.device_busy_share is None
     assert "busy" not in diagnosis.headline()
     assert "busy" not in "\n".join(_diagnosis_section(diagnosis))

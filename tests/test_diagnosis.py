@@ -10,6 +10,7 @@ from autotune import Machine, Measurement, SearchResult, Settings, diagnose
 from autotune.decide._diagnosis import (
     COPY_MATTERS,
     DATA_BOUND,
+    Context,
     Diagnosis,
     Searched,
     diagnose_config,
@@ -67,8 +68,7 @@ def test_decode_bound_even_with_all_cores_says_no_loader_setting_helps() -> None
         at(FOUR_WORKERS, 900, wait=0.55),
         compute=figures(4000),
         data=figures(950),
-        loader_limit=limit(1000),
-        cpus=2,
+        context=Context(loader_limit=limit(1000), cpus=2),
     )
     assert diagnosis.verdict == "data-bound"
     assert diagnosis.wait_share == pytest.approx(0.55)
@@ -95,7 +95,7 @@ def test_compute_bound_at_its_ceiling_says_the_loader_keeps_up() -> None:
         at(FOUR_WORKERS, 3800, wait=0.02),
         compute=figures(4000),
         data=figures(9000),
-        loader_limit=limit(12000),
+        context=Context(loader_limit=limit(12000)),
     )
     assert diagnosis.verdict == "compute-bound"
     assert diagnosis.bound_by == "compute"
@@ -111,7 +111,7 @@ def test_the_default_loader_loads_between_steps() -> None:
         at(NO_WORKERS, 600, wait=0.6),
         compute=figures(1500),
         data=figures(1000),
-        loader_limit=limit(5000),
+        context=Context(loader_limit=limit(5000)),
     )
     assert diagnosis.verdict == "data-bound"
     assert diagnosis.advice == (
@@ -124,14 +124,15 @@ def test_a_chosen_loader_without_workers_is_not_told_that_workers_help() -> None
     # The quickstart at b2fadca kept the default loader (no workers, 51% waiting) after
     # a search over up to 8 workers, and its diagnosis still said workers would load
     # the next batches while the model trains: advice the search had just refuted.
-    kwargs = {"compute": figures(2829), "data": figures(4042), "loader_limit": limit(4975)}
+    kwargs = {"compute": figures(2829), "data": figures(4042)}
+    limited = limit(4975)
     kept = diagnose_config(
         "default loader (the recommendation)",
         at(NO_WORKERS, 2035, wait=0.51),
-        cpus=2,
-        searched=Searched(max_workers=8),
-        chosen=True,
         **kwargs,
+        context=Context(
+            loader_limit=limited, cpus=2, searched=Searched(max_workers=8), chosen=True
+        ),
     )
     (advice,) = kept.advice
     assert advice == (
@@ -144,17 +145,16 @@ def test_a_chosen_loader_without_workers_is_not_told_that_workers_help() -> None
     other = diagnose_config(
         "default loader",
         at(NO_WORKERS, 2035, wait=0.51),
-        searched=Searched(max_workers=8),
         **kwargs,
+        context=Context(loader_limit=limited, searched=Searched(max_workers=8)),
     )
     assert other.advice[0].endswith("load the next batches while the model trains.")
     # Chosen, but the space held no workers: the search never tried them, so they are.
     untried = diagnose_config(
         "best",
         at(NO_WORKERS, 2035, wait=0.51),
-        searched=Searched(max_workers=0),
-        chosen=True,
         **kwargs,
+        context=Context(loader_limit=limited, searched=Searched(max_workers=0), chosen=True),
     )
     assert untried.advice == other.advice
 
@@ -167,9 +167,7 @@ def test_a_chosen_loader_without_workers_says_when_workers_load_slower() -> None
         at(NO_WORKERS, 98_194, wait=0.45),
         compute=figures(190_557),
         data=figures(137_940),
-        loader_limit=limit(16_918),
-        searched=Searched(max_workers=8),
-        chosen=True,
+        context=Context(loader_limit=limit(16_918), searched=Searched(max_workers=8), chosen=True),
     )
     assert diagnosis.advice[0].endswith(
         "none trained faster beyond the noise: the loader alone delivers 16,918 samples/s "
@@ -182,18 +180,14 @@ def test_a_chosen_loader_without_workers_says_when_workers_load_slower() -> None
         at(NO_WORKERS, 98_194, wait=0.45),
         compute=figures(190_557),
         data=figures(16_918),
-        loader_limit=limit(16_918),
-        searched=Searched(max_workers=8),
-        chosen=True,
+        context=Context(loader_limit=limit(16_918), searched=Searched(max_workers=8), chosen=True),
     )
     assert "beside the training, workers take the CPU time" in equal.advice[0]
     # No loader-alone figures at all: nothing says workers load slower; the CPU line.
     unmeasured = diagnose_config(
         "best",
         at(NO_WORKERS, 98_194, wait=0.45),
-        searched=Searched(max_workers=8),
-        chosen=True,
-        cpus=2,
+        context=Context(searched=Searched(max_workers=8), chosen=True, cpus=2),
     )
     assert "on 2 CPUs, workers take the CPU time" in unmeasured.advice[0]
 
@@ -230,7 +224,7 @@ def test_more_workers_help_when_the_loader_alone_is_faster_with_them() -> None:
         at(Settings(batch_size=32, num_workers=2, prefetch_factor=2), 800, wait=0.5),
         compute=figures(20000),
         data=figures(850),
-        loader_limit=limit(2550),
+        context=Context(loader_limit=limit(2550)),
     )
     first, second = diagnosis.advice
     assert first.startswith("more workers would help: the loader alone with 8 workers")
@@ -245,7 +239,7 @@ def test_workers_taking_the_cpu_from_the_training() -> None:
         at(FOUR_WORKERS, 1000, wait=0.05),
         compute=figures(2500),
         data=figures(6000),
-        cpus=4,
+        context=Context(cpus=4),
     )
     assert diagnosis.verdict == "compute-bound"
     (advice,) = diagnosis.advice
@@ -338,8 +332,7 @@ def test_a_fast_loader_is_not_called_the_bottleneck_by_one_slow_worker_count() -
         at(NO_WORKERS, 20_000, wait=0.2),
         compute=figures(24_211),
         data=figures(128_013),
-        loader_limit=limit(17_350),
-        cpus=2,
+        context=Context(loader_limit=limit(17_350), cpus=2),
     )
     assert not any("whatever the loader's settings" in a for a in diagnosis.advice)
     # The same figures with the best loader only at 8 workers: then it is.
@@ -348,8 +341,7 @@ def test_a_fast_loader_is_not_called_the_bottleneck_by_one_slow_worker_count() -
         at(NO_WORKERS, 15_000, wait=0.2),
         compute=figures(24_211),
         data=figures(12_000),
-        loader_limit=limit(17_350),
-        cpus=2,
+        context=Context(loader_limit=limit(17_350), cpus=2),
     )
     assert any("whatever the loader's settings" in a for a in slow.advice)
 
@@ -361,39 +353,54 @@ def test_the_best_loader_of_the_search_counts_for_every_diagnosis() -> None:
         at(FOUR_WORKERS, 9_000, wait=0.5),
         compute=figures(24_000),
         data=figures(10_000),
-        loader_limit=limit(12_000),
-        best_loader=best_loader,
+        context=Context(loader_limit=limit(12_000), best_loader=best_loader),
     )
     assert not any("whatever the loader's settings" in a for a in diagnosis.advice)
 
 
 def test_widening_is_suggested_only_past_a_bound_the_best_sat_on() -> None:
     two = Settings(batch_size=32, num_workers=2, prefetch_factor=2)
-    kwargs = {"compute": figures(4000), "data": figures(1000), "loader_limit": limit(2000)}
+    kwargs = {"compute": figures(4000), "data": figures(1000)}
+    limited = limit(2000)
     # 8 workers were searched and 2 trained fastest: no suggestion to search up to 8.
     searched = diagnose_config(
-        "best", at(two, 900, wait=0.5), searched=Searched(max_workers=8), **kwargs
+        "best",
+        at(two, 900, wait=0.5),
+        **kwargs,
+        context=Context(loader_limit=limited, searched=Searched(max_workers=8)),
     )
     assert not any("let the search try more" in a for a in searched.advice)
     assert any("the search trained with up to 8 workers" in a for a in searched.advice)
     # The best sat on a bound of 2, below the 8 that measured faster alone: widen.
     on_bound = diagnose_config(
-        "best", at(two, 900, wait=0.5), searched=Searched(max_workers=2), **kwargs
+        "best",
+        at(two, 900, wait=0.5),
+        **kwargs,
+        context=Context(loader_limit=limited, searched=Searched(max_workers=2)),
     )
     assert any('"high": 8' in a for a in on_bound.advice)
     # Not on the bound (the space reached 4): no suggestion either.
     below = diagnose_config(
-        "best", at(two, 900, wait=0.5), searched=Searched(max_workers=4), **kwargs
+        "best",
+        at(two, 900, wait=0.5),
+        **kwargs,
+        context=Context(loader_limit=limited, searched=Searched(max_workers=4)),
     )
     assert not any("let the search try more" in a for a in below.advice)
 
 
 def test_echo_is_not_suggested_when_it_was_searched() -> None:
-    kwargs = {"compute": figures(4000), "data": figures(1000), "loader_limit": limit(1000)}
-    unsearched = diagnose_config("best", at(FOUR_WORKERS, 900, wait=0.5), **kwargs)
+    kwargs = {"compute": figures(4000), "data": figures(1000)}
+    limited = limit(1000)
+    unsearched = diagnose_config(
+        "best", at(FOUR_WORKERS, 900, wait=0.5), **kwargs, context=Context(loader_limit=limited)
+    )
     assert any('space={"echo": [1, 2, 4]}' in a for a in unsearched.advice)
     searched = diagnose_config(
-        "best", at(FOUR_WORKERS, 900, wait=0.5), searched=Searched(max_echo=4), **kwargs
+        "best",
+        at(FOUR_WORKERS, 900, wait=0.5),
+        **kwargs,
+        context=Context(loader_limit=limited, searched=Searched(max_echo=4)),
     )
     assert not any('space={"echo"' in a for a in searched.advice)
     assert any("searched: it did not pay here" in a for a in searched.advice)
@@ -437,7 +444,9 @@ def copy_lines(diagnosis: Diagnosis) -> list[str]:
 
 
 def test_a_copy_that_matters_on_a_gpu_suggests_pinned_memory() -> None:
-    diagnosis = diagnose_config("best", copying(FOUR_WORKERS, COPY_ABOVE), device="cuda:0")
+    diagnosis = diagnose_config(
+        "best", copying(FOUR_WORKERS, COPY_ABOVE), context=Context(device="cuda:0")
+    )
     assert diagnosis.copy_share == pytest.approx(COPY_ABOVE)
     # The copy is not waiting for data: the config stays compute-bound.
     assert diagnosis.verdict == "compute-bound"
@@ -450,7 +459,9 @@ def test_a_copy_that_matters_on_a_gpu_suggests_pinned_memory() -> None:
 
 
 def test_a_copy_below_the_threshold_gets_no_line() -> None:
-    diagnosis = diagnose_config("best", copying(FOUR_WORKERS, COPY_BELOW), device="cuda")
+    diagnosis = diagnose_config(
+        "best", copying(FOUR_WORKERS, COPY_BELOW), context=Context(device="cuda")
+    )
     assert copy_lines(diagnosis) == []
 
 
@@ -459,7 +470,9 @@ def test_a_copy_below_the_threshold_gets_no_line() -> None:
     [(PINNED, "cuda"), (FOUR_WORKERS, "cpu"), (FOUR_WORKERS, None)],
 )
 def test_pinned_memory_is_suggested_only_unpinned_on_an_accelerator(settings, device) -> None:
-    diagnosis = diagnose_config("best", copying(settings, COPY_ABOVE), device=device)
+    diagnosis = diagnose_config(
+        "best", copying(settings, COPY_ABOVE), context=Context(device=device)
+    )
     (line,) = copy_lines(diagnosis)
     assert "pin_memory" not in line
     assert line.endswith("smaller samples (uint8, normalised on the device) would shorten it.")
@@ -467,7 +480,9 @@ def test_pinned_memory_is_suggested_only_unpinned_on_an_accelerator(settings, de
 
 def test_waiting_in_the_copy_is_not_waiting_for_data() -> None:
     # Blocked in next() 10% of each step, copying 40%: not data-bound.
-    diagnosis = diagnose_config("best", copying(FOUR_WORKERS, 0.4, wait=0.1), device="cuda")
+    diagnosis = diagnose_config(
+        "best", copying(FOUR_WORKERS, 0.4, wait=0.1), context=Context(device="cuda")
+    )
     assert diagnosis.wait_share == pytest.approx(0.1)
     assert diagnosis.wait_share < DATA_BOUND
     assert diagnosis.verdict == "compute-bound"
@@ -567,7 +582,7 @@ def test_more_workers_help_when_alone_they_load_over_20_percent_more(alone, help
         at(TWO_WORKERS, 900, wait=0.5),
         compute=figures(20000),
         data=figures(1000),
-        loader_limit=limit(alone),
+        context=Context(loader_limit=limit(alone)),
     )
     assert said(diagnosis, "more workers would help") is helps
 
@@ -579,7 +594,7 @@ def test_the_loader_alone_at_the_same_worker_count_is_no_reason_for_more() -> No
         at(eight, 900, wait=0.5),
         compute=figures(20000),
         data=figures(1000),
-        loader_limit=limit(2000),
+        context=Context(loader_limit=limit(2000)),
     )
     assert not said(diagnosis, "more workers")
     assert diagnosis.limit_workers == 8 and diagnosis.loader_limit == pytest.approx(2000)
@@ -610,8 +625,7 @@ def test_echo_shows_the_fresh_samples_and_multiplies_every_loader_alone_figure()
         Measurement(settings=echoed, figures=figures(1800, wait=0.5, echo=2)),
         compute=figures(40000),
         data=figures(1000),
-        loader_limit=limit(1200),
-        best_loader=at(NO_WORKERS, 1500),
+        context=Context(loader_limit=limit(1200), best_loader=at(NO_WORKERS, 1500)),
     )
     assert diagnosis.evidence[0] == "echo 2: 900 fresh samples/s from the loader"
     assert diagnosis.data_ceiling == pytest.approx(2000)
@@ -640,7 +654,7 @@ def test_loading_bound_advice_suggests_the_echo_not_yet_searched(echo, max_echo,
         Measurement(settings=settings, figures=figures(900, wait=0.5, echo=echo)),
         compute=figures(40000),
         data=figures(1000),
-        searched=Searched(max_echo=max_echo),
+        context=Context(searched=Searched(max_echo=max_echo)),
     )
     (advice,) = diagnosis.advice
     assert advice.startswith("loading (read, decode, augment) is the bottleneck")
@@ -723,7 +737,7 @@ def test_a_loading_bound_config_reads_in_full() -> None:
         at(FOUR_WORKERS, 900, wait=0.5),
         compute=figures(4000),
         data=figures(950),
-        loader_limit=limit(1000),
+        context=Context(loader_limit=limit(1000)),
     )
     assert diagnosis.advice == (
         "loading (read, decode, augment) is the bottleneck whatever the loader's settings: "
@@ -743,8 +757,7 @@ def test_loading_and_training_competing_for_the_cpus_reads_in_full(cpus) -> None
         at(one, 900, wait=0.5),
         compute=figures(4000),
         data=figures(3800),
-        loader_limit=limit(4000),
-        cpus=cpus,
+        context=Context(loader_limit=limit(4000), cpus=cpus),
     )
     on_cpus = f" on {cpus} CPUs" if cpus else ""
     assert diagnosis.advice == (
@@ -759,7 +772,7 @@ def test_loading_and_training_competing_for_the_cpus_reads_in_full(cpus) -> None
         at(NO_WORKERS, 900, wait=0.5),
         compute=figures(4000),
         data=figures(3800),
-        loader_limit=limit(4000),
+        context=Context(loader_limit=limit(4000)),
     )
     assert len(none.advice) == 1 and said(none, "(num_workers=0)")
 
@@ -770,8 +783,7 @@ def test_more_workers_already_searched_reads_in_full() -> None:
         at(TWO_WORKERS, 900, wait=0.5),
         compute=figures(4000),
         data=figures(1000),
-        loader_limit=limit(2000),
-        searched=Searched(max_workers=8),
+        context=Context(loader_limit=limit(2000), searched=Searched(max_workers=8)),
     )
     assert diagnosis.advice[0] == (
         "the loader alone with 8 workers delivers 2,000 samples/s, 2.0x this loader's 1,000 "
@@ -864,7 +876,7 @@ def test_a_copy_of_exactly_five_percent_gets_no_line() -> None:
                     wait_seconds=0.02, copy_seconds=0.05)  # fmt: skip
     measured = Measurement(settings=NO_WORKERS, figures=Figures(windows=(window,), startup_s=0.1))
     assert measured.figures.copy_fraction == 0.05
-    diagnosis = diagnose_config("best", measured, device="cuda:0")
+    diagnosis = diagnose_config("best", measured, context=Context(device="cuda:0"))
     assert copy_lines(diagnosis) == []
 
 
@@ -873,7 +885,9 @@ def test_a_copy_of_exactly_five_percent_gets_no_line() -> None:
 )
 def test_the_copy_line_starts_just_past_five_percent(share: float, shown: bool) -> None:
     # Literal shares, not ones derived from COPY_MATTERS, so moving it is noticed.
-    diagnosis = diagnose_config("best", copying(NO_WORKERS, share), device="cuda:0")
+    diagnosis = diagnose_config(
+        "best", copying(NO_WORKERS, share), context=Context(device="cuda:0")
+    )
     lines = [a for a in diagnosis.advice if a.startswith("host-to-device copy")]
     assert bool(lines) is shown
 
@@ -890,7 +904,7 @@ def test_the_copy_line_starts_just_past_five_percent(share: float, shown: bool) 
     ],
 )
 def test_pinning_is_advised_only_for_an_accelerator(device: str | None, pin_advice: bool) -> None:
-    diagnosis = diagnose_config("best", copying(NO_WORKERS, 0.2), device=device)
+    diagnosis = diagnose_config("best", copying(NO_WORKERS, 0.2), context=Context(device=device))
     (line,) = [a for a in diagnosis.advice if a.startswith("host-to-device copy")]
     assert ("pin_memory=True would shorten it" in line) is pin_advice
     assert ("smaller samples" in line) is not pin_advice
@@ -919,7 +933,7 @@ def test_a_config_without_a_loader_alone_figure_of_its_own_is_judged_by_the_best
         "best",
         at(FOUR_WORKERS, 3_000, wait=0.5),
         compute=figures(24_000),
-        best_loader=at(NO_WORKERS, 5_000),
+        context=Context(best_loader=at(NO_WORKERS, 5_000)),
     )
     assert diagnosis.data_ceiling is None
     assert said(diagnosis, "(with 0 workers), it delivers 5,000 samples/s")

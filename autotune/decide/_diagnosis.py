@@ -172,19 +172,36 @@ CEILINGS_OFF = "search with ceilings=True"
 """How to have the ceilings measured where the search's options turned them off."""
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Context:
+    """What the search knows beside one config's own figures, for its diagnosis."""
+
+    loader_limit: Measurement | None = None
+    """The loader alone with a worker per CPU."""
+    cpus: int | None = None
+    """The CPUs the search could use."""
+    best_loader: Measurement | None = None
+    """The loader-alone probe of the search that delivered the most (before echo): the
+    loader is judged by it, not by one worker count."""
+    searched: Searched = Searched()
+    """What the search's space covered (advice never suggests it again)."""
+    device: str | None = None
+    """The device it trained on ("cpu", "cuda:0"...): pinned memory helps only the copy
+    to an accelerator."""
+    chosen: bool = False
+    """The search recommends this config over the others it measured, so advice never
+    points to a setting the search covered and found no faster."""
+    no_ceilings: str = CEILINGS_OFF
+    """How to have the ceilings measured, where they were not."""
+
+
 def diagnose_config(
     subject: str,
     measurement: Measurement,
     *,
     compute: Figures | None = None,
     data: Figures | None = None,
-    loader_limit: Measurement | None = None,
-    cpus: int | None = None,
-    best_loader: Measurement | None = None,
-    searched: Searched | None = None,
-    device: str | None = None,
-    chosen: bool = False,
-    no_ceilings: str = CEILINGS_OFF,
+    context: Context = Context(),
 ) -> Diagnosis:
     """The diagnosis of one measured config.
 
@@ -193,16 +210,7 @@ def diagnose_config(
         measurement: the config's training figures.
         compute: its compute ceiling (mode "compute" at its batch size, AMP, threads).
         data: its data ceiling (its loader alone).
-        loader_limit: the loader alone with a worker per CPU.
-        cpus: the CPUs the search could use.
-        best_loader: the loader-alone probe of the search that delivered the most
-            (before echo): the loader is judged by it, not by one worker count.
-        searched: what the search's space covered (advice never suggests it again).
-        device: the device it trained on ("cpu", "cuda:0"...): pinned memory helps only
-            the copy to an accelerator.
-        chosen: the search recommends this config over the others it measured, so advice
-            never points to a setting the search covered and found no faster.
-        no_ceilings: how to have the ceilings measured, where they were not.
+        context: what the search knows beside them.
     """
     settings = measurement.settings
     figures = measurement.figures
@@ -210,56 +218,14 @@ def diagnose_config(
     echo = settings.echo
     compute_rate = _rate(compute)
     data_rate = _rate(data, echo)
+    loader_limit = context.loader_limit
     limit_rate = _rate(loader_limit.figures, echo) if loader_limit else None
     limit_workers = loader_limit.settings.num_workers if loader_limit else None
     verdict: Verdict = "data-bound" if wait > DATA_BOUND else "compute-bound"
-
-    evidence = []
-    if echo > 1:
-        evidence.append(
-            f"echo {echo}: {format_rate(figures.fresh_per_s)} fresh samples/s from the loader"
-        )
-    if compute_rate:
-        evidence.append(
-            f"compute ceiling (the model on batches already in memory): "
-            f"{format_rate(compute_rate)} samples/s"
-        )
-    if data_rate:
-        evidence.append(
-            f"data ceiling (this loader alone, {count(settings.num_workers, 'worker')}): "
-            f"{format_rate(data_rate)} samples/s"
-        )
-    if limit_rate and limit_workers is not None and limit_workers != settings.num_workers:
-        evidence.append(
-            f"the loader alone with {count(limit_workers, 'worker')}: "
-            f"{format_rate(limit_rate)} samples/s"
-        )
-
-    alone = [(data_rate, settings.num_workers), (limit_rate, limit_workers)]
-    if best_loader is not None:
-        alone.append((_rate(best_loader.figures, echo), best_loader.settings.num_workers))
-    best, best_workers = max(
-        ((rate, workers) for rate, workers in alone if rate and workers is not None),
-        default=(None, 0),
-    )
-    loader = _Loader(
-        data=data_rate,
-        limit=limit_rate,
-        limit_workers=limit_workers,
-        best=best,
-        best_workers=best_workers,
-    )
-    advice = _advice(
-        measurement,
-        verdict,
-        compute_rate,
-        loader,
-        cpus,
-        searched or Searched(),
-        chosen=chosen,
-        no_ceilings=no_ceilings,
-    )
-    advice += _copy(settings, figures.copy_fraction, device)
+    evidence = _evidence(measurement, compute_rate, data_rate, limit_rate, limit_workers)
+    loader = _loader(settings, data_rate, limit_rate, limit_workers, context.best_loader)
+    advice = _advice(measurement, verdict, compute_rate, loader, context)
+    advice += _copy(settings, figures.copy_fraction, context.device)
     return Diagnosis(
         subject=subject,
         measurement=measurement,
@@ -276,24 +242,91 @@ def diagnose_config(
     )
 
 
+def _evidence(
+    measurement: Measurement,
+    compute_rate: float | None,
+    data_rate: float | None,
+    limit_rate: float | None,
+    limit_workers: int | None,
+) -> list[str]:
+    """The measured figures a verdict rests on, one per line."""
+    settings = measurement.settings
+    echo = settings.echo
+    evidence = []
+    if echo > 1:
+        evidence.append(
+            f"echo {echo}: {format_rate(measurement.figures.fresh_per_s)} fresh samples/s "
+            "from the loader"
+        )
+    if compute_rate:
+        evidence.append(
+            f"compute ceiling (the model on batches already in memory): "
+            f"{format_rate(compute_rate)} samples/s"
+        )
+    if data_rate:
+        evidence.append(
+            f"data ceiling (this loader alone, {count(settings.num_workers, 'worker')}): "
+            f"{format_rate(data_rate)} samples/s"
+        )
+    if limit_rate and limit_workers is not None and limit_workers != settings.num_workers:
+        evidence.append(
+            f"the loader alone with {count(limit_workers, 'worker')}: "
+            f"{format_rate(limit_rate)} samples/s"
+        )
+    return evidence
+
+
+def _loader(
+    settings: Settings,
+    data_rate: float | None,
+    limit_rate: float | None,
+    limit_workers: int | None,
+    best_loader: Measurement | None,
+) -> _Loader:
+    """What was measured of the loader alone, its best among them."""
+    alone = [(data_rate, settings.num_workers), (limit_rate, limit_workers)]
+    if best_loader is not None:
+        alone.append((_rate(best_loader.figures, settings.echo), best_loader.settings.num_workers))
+    best, best_workers = max(
+        ((rate, workers) for rate, workers in alone if rate and workers is not None),
+        default=(None, 0),
+    )
+    return _Loader(
+        data=data_rate,
+        limit=limit_rate,
+        limit_workers=limit_workers,
+        best=best,
+        best_workers=best_workers,
+    )
+
+
 def _advice(
     measurement: Measurement,
     verdict: Verdict,
     compute: float | None,
     loader: _Loader,
-    cpus: int | None,
-    searched: Searched,
-    *,
-    chosen: bool,
-    no_ceilings: str,
+    context: Context,
 ) -> list[str]:
+    advice = _verdict_advice(measurement, verdict, compute, loader, context)
+    return advice + _caveats(measurement, compute, loader.data, context.no_ceilings)
+
+
+def _verdict_advice(
+    measurement: Measurement,
+    verdict: Verdict,
+    compute: float | None,
+    loader: _Loader,
+    context: Context,
+) -> list[str]:
+    """What the verdict says can help, or why no loader setting can."""
     settings = measurement.settings
-    figures = measurement.figures
-    rate = figures.samples_per_s
-    data = loader.data
+    rate = measurement.figures.samples_per_s
+    cpus = context.cpus
     advice: list[str] = []
     if verdict == "data-bound":
-        advice += _data_bound(settings, compute, loader, cpus, searched, chosen=chosen)
+        advice += _data_bound(
+            settings, compute, loader, cpus, context.searched, chosen=context.chosen
+        )
     elif compute and rate >= compute * NEAR:
         amp = " AMP (bf16/fp16)," if settings.amp == "off" else ""
         advice.append(
@@ -310,6 +343,17 @@ def _advice(
             f"CPU time from the training{f' on {cpus} CPUs' if cpus else ''}. Cheaper loading "
             "(preprocessed or cached data, augmentation on the device) frees it."
         )
+    return advice
+
+
+def _caveats(
+    measurement: Measurement, compute: float | None, data: float | None, no_ceilings: str
+) -> list[str]:
+    """Slow worker start-up, and what makes the figures themselves doubtful or incomplete."""
+    settings = measurement.settings
+    figures = measurement.figures
+    rate = figures.samples_per_s
+    advice: list[str] = []
     if (
         figures.startup_s is not None
         and figures.startup_s >= SLOW_STARTUP_S
@@ -488,18 +532,20 @@ def diagnose(result: SearchResult) -> list[Diagnosis]:
         subject = "default loader (the recommendation)"
     else:
         ceilings, subject = result.ceilings, "best"
-    best = diagnose_config(
-        subject,
-        Measurement(settings=result.settings, figures=result.figures),
-        compute=ceilings.get("compute"),
-        data=ceilings.get("data"),
+    context = Context(
         loader_limit=result.loader_limit,
         cpus=cpus,
         best_loader=best_loader,
         searched=searched,
         device=result.device,
-        chosen=True,
         no_ceilings=no_ceilings,
+    )
+    best = diagnose_config(
+        subject,
+        Measurement(settings=result.settings, figures=result.figures),
+        compute=ceilings.get("compute"),
+        data=ceilings.get("data"),
+        context=dataclasses.replace(context, chosen=True),
     )
     diagnoses = [best]
     if result.baseline is not None and not result.is_default:
@@ -509,12 +555,7 @@ def diagnose(result: SearchResult) -> list[Diagnosis]:
                 result.baseline,
                 compute=result.baseline_ceilings.get("compute"),
                 data=result.baseline_ceilings.get("data"),
-                loader_limit=result.loader_limit,
-                cpus=cpus,
-                best_loader=best_loader,
-                searched=searched,
-                device=result.device,
-                no_ceilings=no_ceilings,
+                context=context,
             )
         )
     return diagnoses
