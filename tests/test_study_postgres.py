@@ -187,3 +187,25 @@ def test_a_new_study_starts_from_a_close_one_in_the_same_database(postgres_url, 
     assert "warm start: 3 other studies passed over, first study 'first' in " in lines
     assert "it tuned another model type ('Net', here 'Linear')" in lines
     assert "tried first" not in lines
+
+
+def test_searches_that_start_together_on_an_empty_database_all_open_it(postgres_url) -> None:
+    # Each opener makes Optuna's tables unless another did first; without a lock taken in
+    # turn, the second CREATE of the same type fails on a duplicate key.
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Barrier
+
+    from autotune.study import locate, open_study
+
+    openers = 4
+    barrier = Barrier(openers)
+
+    def open_at_once(name: str) -> str:
+        barrier.wait()
+        return open_study(locate(postgres_url, name), create=True).study_name
+
+    with ThreadPoolExecutor(openers) as pool:
+        names = list(pool.map(open_at_once, [f"s{i}" for i in range(openers)]))
+    assert names == [f"s{i}" for i in range(openers)]
+    assert {"studies", "trials", "version_info"} <= tables(postgres_url)
+    assert len(optuna.get_all_study_names(storage=postgres_url)) == openers

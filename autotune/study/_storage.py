@@ -65,28 +65,66 @@ def _database_storage(location: StudyLocation, *, must_exist: bool) -> BeatingSt
     engine_kwargs: dict[str, Any] = {"pool_pre_ping": True}
     if location.dialect == "postgresql":
         engine_kwargs["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_SECONDS}
-    tables = _tables(location, engine_kwargs)
-    existed = all(table in tables for table in _OPTUNA_TABLES)
-    if must_exist and not existed:
-        raise StudyError(
-            f"{location} holds no study (no Optuna tables); run `autotune search CONFIG "
-            f"--study {location}` to make one."
-        )
-    return _open(location, engine_kwargs=engine_kwargs, existed=existed)
-
-
-def _tables(location: StudyLocation, engine_kwargs: dict[str, Any]) -> set[str]:
-    """The tables of the database at ``location``: reaching it before Optuna does, which
-    would create its tables in a database it cannot then use, or fail with a traceback."""
     import sqlalchemy
 
     engine = sqlalchemy.create_engine(location.storage_url, **engine_kwargs)
     try:
-        return set(sqlalchemy.inspect(engine).get_table_names())
-    except Exception as error:
-        raise StudyError(explain(location, error)) from None
+        existed = _has_tables(location, engine)
+        if must_exist and not existed:
+            raise StudyError(
+                f"{location} holds no study (no Optuna tables); run `autotune search CONFIG "
+                f"--study {location}` to make one."
+            )
+        if existed:
+            return _open(location, engine_kwargs=engine_kwargs, existed=True)
+        with _schema_lock(location, engine) as connection:
+            # Another search may have made the tables while this one waited for the lock.
+            existed = _has_tables(location, connection)
+            return _open(location, engine_kwargs=engine_kwargs, existed=existed)
     finally:
         engine.dispose()
+
+
+def _has_tables(location: StudyLocation, bind: Any) -> bool:
+    """Whether the database holds Optuna's tables, asked before Optuna does, which would
+    create its tables in a database it cannot then use, or fail with a traceback."""
+    import sqlalchemy
+
+    try:
+        tables = set(sqlalchemy.inspect(bind).get_table_names())
+    except Exception as error:
+        raise StudyError(explain(location, error)) from None
+    return all(table in tables for table in _OPTUNA_TABLES)
+
+
+_SCHEMA_LOCK_KEY = 0x6175746F74756E65
+"""The advisory lock that searches creating one database's tables take in turn."""
+_SCHEMA_LOCK = {
+    "postgresql": ("SELECT pg_advisory_lock(:key)", "SELECT pg_advisory_unlock(:key)"),
+    "mysql": ("SELECT GET_LOCK(CAST(:key AS CHAR), -1)", "SELECT RELEASE_LOCK(CAST(:key AS CHAR))"),
+}
+
+
+@contextlib.contextmanager
+def _schema_lock(location: StudyLocation, engine: Any) -> Iterator[Any]:
+    """A connection holding the database's schema lock: two searches that start together
+    on an empty database would otherwise both create Optuna's tables, and the second
+    fail on a duplicate type or table."""
+    import sqlalchemy
+
+    lock, unlock = _SCHEMA_LOCK.get(location.dialect, (None, None))
+    try:
+        connection = engine.connect()
+    except Exception as error:
+        raise StudyError(explain(location, error)) from None
+    with connection:
+        if lock is not None:
+            connection.execute(sqlalchemy.text(lock), {"key": _SCHEMA_LOCK_KEY})
+        try:
+            yield connection
+        finally:
+            if unlock is not None:
+                connection.execute(sqlalchemy.text(unlock), {"key": _SCHEMA_LOCK_KEY})
 
 
 def _open(
