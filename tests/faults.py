@@ -15,6 +15,7 @@ import os
 import pickle
 import queue
 import re
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -281,6 +282,10 @@ class Running:
             if re.search(pattern, line):
                 return line
 
+    def failed(self) -> bool:
+        """Whether the search has ended with a non-zero exit already."""
+        return self.process.poll() not in (None, 0)
+
     def finish(self, timeout: float = 120) -> tuple[int, str]:
         """Wait for the end; returns the exit code and all of stderr."""
         code = self.process.wait(timeout=timeout)
@@ -395,3 +400,17 @@ def wait_for_running_trial(study: Path, at_least: int, timeout: float = 120) -> 
 def finished_numbers(stderr: str) -> set[int]:
     """Numbers of the trials a search's progress reported as finished."""
     return {int(n) for n in re.findall(r"trial #(\d+) ", stderr)}
+
+
+def finish_together(*running: Running, timeout: float = 300) -> list[tuple[int, str]]:
+    """Wait for searches that run at once; the first to fail ends the wait, where its
+    partner would otherwise wait out its own timeout for a trial that never comes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(r.failed() for r in running) or all(r.process.poll() is not None for r in running):
+            break
+        time.sleep(0.1)
+    for r in running:
+        if r.process.poll() is None and any(other.failed() for other in running):
+            os.killpg(r.process.pid, signal.SIGKILL)
+    return [r.finish(timeout=max(1.0, deadline - time.monotonic())) for r in running]

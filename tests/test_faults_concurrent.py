@@ -13,7 +13,7 @@ import optuna
 import pytest
 import sqlalchemy.exc
 from conftest import QUICK, defaults_measured
-from faults import NAME, Running, drive, finished_numbers
+from faults import NAME, Running, drive, finish_together, finished_numbers
 from test_faults_interrupt import LONG
 from workloads import TWO_SEARCHES_STUDY
 
@@ -45,9 +45,8 @@ def test_two_searches_on_one_study_at_once(workdir, shared) -> None:
     env = {TWO_SEARCHES_STUDY: where if "://" in where else str(Path(where).resolve())}
     cli = Running("cli", BOTH, workdir, "--study", where, env=env)
     api = Running("api", BOTH, workdir, "--study", where, env=env)
-    code, stderr = cli.finish(timeout=300)
+    (code, stderr), (api_code, api_stderr) = finish_together(cli, api, timeout=300)
     assert code == 0, stderr
-    api_code, api_stderr = api.finish(timeout=300)
     assert api_code == 0, api_stderr
 
     study = optuna.load_study(study_name=NAME, storage=url)
