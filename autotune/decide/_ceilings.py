@@ -20,6 +20,7 @@ import dataclasses
 from collections.abc import Hashable, Mapping
 
 from autotune._format import format_rate
+from autotune._stages import Stage
 from autotune.explore import compute_key
 from autotune.probe import Figures, Measurement, Mode, ProbeRequest, reference_windows, run_probe
 from autotune.progress import Progress
@@ -97,11 +98,11 @@ def measure_ceilings(
     }
     distinct = len({_key(mode, settings) for _, mode, settings in jobs} - set(measured))
     progress.phase(
-        "ceilings",
+        Stage.CEILINGS,
         "the model on batches in memory; the loader with no model "
         f"(the best's, the default's, and {limit.num_workers} workers)",
     )
-    progress.plan("ceilings", distinct, None)
+    progress.plan(Stage.CEILINGS, distinct, None)
     found: dict[str, dict[str, Figures]] = {"winner": {}, "baseline": {}, "limit": {}}
     for owner, mode, settings in jobs:
         key = _key(mode, settings)

@@ -11,6 +11,7 @@ import dataclasses
 import optuna
 
 from autotune._noise import pooled_log_spread
+from autotune._stages import Stage
 from autotune.decide._choose import OVERLAP_FACTOR, Candidate, cheapest_within, finalists, merge
 from autotune.decide._rounds import (
     RUNOFF,
@@ -100,13 +101,13 @@ def confirm(
         else "the default beside every two"
     )
     progress.phase(
-        "confirm",
+        Stage.CONFIRM,
         f"measuring {len(configs)} finalist(s) and the default loader again, in "
         f"{options.rounds} interleaved round(s), {beside}",
     )
     for note in notes:  # under the phase whose finalists they count among
         progress.message(note)
-    progress.plan("confirm", len(order) * options.rounds, None, later=later)
+    progress.plan(Stage.CONFIRM, len(order) * options.rounds, None, later=later)
     finalist_rounds, default = _sequential_rounds(runner, plan, order, baseline, progress)
     taken = len(default.measurements)
     noise = round_noise(finalist_rounds)
@@ -271,11 +272,11 @@ def _runoff(
     options = plan.options
     order = round_order(runner, plan, [r.settings for r in contenders], default.settings)
     progress.phase(
-        "runoff",
+        Stage.RUNOFF,
         f"{len(contenders)} finalists within the noise ({noise:.0%}) of each other: "
         f"{options.runoff_rounds} more interleaved round(s) between them and the default",
     )
-    progress.plan("runoff", len(order) * options.runoff_rounds, None, later=later)
+    progress.plan(Stage.RUNOFF, len(order) * options.runoff_rounds, None, later=later)
     total = after + options.runoff_rounds
     for number in range(after + 1, total + 1):
         contenders, default = _one_round_more(runner, plan, order, number, contenders, default)

@@ -31,6 +31,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from autotune._format import format_rate
 from autotune._noise import difference_error
+from autotune._stages import Stage
 from autotune.decide._choose import Candidate, cheapest_within
 from autotune.probe import Figures, Measurement, Placement, ProbeRequest, run_probe
 from autotune.progress import Progress
@@ -191,12 +192,15 @@ def run_ddp_stage(
     if winner.settings not in [c.settings for c in contenders]:
         contenders.insert(0, winner)
     progress.phase(
-        "ddp",
+        Stage.DDP,
         f"{len(contenders)} config(s) as DDP across {placement.describe()} ({placement.backend})",
     )
     batches = len(batch_sizes) > 1
     progress.plan(
-        "ddp", planned_probes(info, options, len(contenders), batches=batches), None, later=later
+        Stage.DDP,
+        planned_probes(info, options, len(contenders), batches=batches),
+        None,
+        later=later,
     )
     runs: dict[str, DdpMeasurement] = {}
     for contender in contenders:

@@ -18,6 +18,7 @@ from typing import Any
 
 from autotune._format import format_rate
 from autotune._noise import pooled_log_spread
+from autotune._stages import Stage
 from autotune.decide._confirm import Confirmed, measure_rounds
 from autotune.explore import Backend, Bounds, ExplorePlan
 from autotune.progress import Progress
@@ -52,12 +53,12 @@ def near_ceiling(
     if own is None or own < need or loading is None or loading < need:
         return None
     progress.phase(
-        "early",
+        Stage.EARLY,
         f"the default loader's model alone trains within {tolerance:.0%} of the fastest "
         f"combination's {format_rate(bounds.highest)} samples/s: measuring the default "
         f"loader in {ROUNDS} rounds",
     )
-    progress.plan("early", ROUNDS, None)
+    progress.plan(Stage.EARLY, ROUNDS, None)
     _, default = measure_rounds(runner, plan, [baseline], baseline, ROUNDS)
     if not default.complete:
         progress.message("the default loader failed a round: searching as usual")

@@ -22,6 +22,7 @@ from typing import Any
 
 import optuna
 
+from autotune._stages import Stage
 from autotune.decide._confirm import measure_rounds, round_order
 from autotune.explore import Backend, ExplorePlan
 from autotune.probe import Measurement
@@ -100,12 +101,12 @@ def recheck(
         return None
     order = round_order(runner, plan, [contender], baseline)
     progress.phase(
-        "recheck",
+        Stage.RECHECK,
         f"this study's earlier answer ({earlier.settings.describe()}): its "
         f"{'fastest finalist' if earlier.is_default else 'choice'} measured again beside "
         "the default loader, in one interleaved round",
     )
-    progress.plan("recheck", len(order) * ROUNDS, None, later=later)
+    progress.plan(Stage.RECHECK, len(order) * ROUNDS, None, later=later)
     (rounds,), default = measure_rounds(runner, plan, order, baseline, ROUNDS)
     if not rounds.complete or not default.complete or not rounds.speedups:
         return Recheck(

@@ -35,6 +35,7 @@ from typing import Any
 import optuna
 
 from autotune._format import format_rate
+from autotune._stages import Stage
 from autotune.probe import Figures, ProbeRequest, ProbeResult, run_probe
 from autotune.progress import Progress
 from autotune.settings import Settings
@@ -262,12 +263,12 @@ def measure_bounds(
         if not announced:
             announced = True
             progress.phase(
-                "bounds",
+                Stage.BOUNDS,
                 f"the model alone on batches in memory, for {len(todo)} combination(s) of "
                 f"batch size, AMP and threads, in turns in one process, {READINGS - done} "
                 "pass(es)",
             )
-            progress.plan("bounds", READINGS - done, None)
+            progress.plan(Stage.BOUNDS, READINGS - done, None)
         result = run_probe(bounds_request(template, todo))
         for settings, part in zip(todo, result.turns, strict=True):
             _take_reading(compute_key(settings), part, readings, figures, progress)

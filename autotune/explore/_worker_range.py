@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 import optuna
 
 from autotune._format import format_rate
+from autotune._stages import Stage
 from autotune.explore._bounds import Bounds
 from autotune.probe import Failure, ProbeRequest, reference_windows, run_probe
 from autotune.progress import Progress
@@ -218,7 +219,7 @@ def measure_worker_range(
         capped = min(caps) if caps else None
         hung: dict[int, str] = {}
         progress.phase(
-            "workers",
+            Stage.WORKERS,
             f"the loader alone with {start} workers and more, while it is below what the "
             "model trains",
         )

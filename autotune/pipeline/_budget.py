@@ -37,8 +37,9 @@ from typing import Any
 import optuna
 
 from autotune._format import format_duration
+from autotune._stages import PLANNED, Stage
 from autotune.explore import readings_left, sweep_left
-from autotune.pipeline._costs import STAGES, ProbeCost, SearchShape, stage_seconds, trial_windows
+from autotune.pipeline._costs import ProbeCost, SearchShape, stage_seconds, trial_windows
 from autotune.progress import Progress
 from autotune.result import CEILINGS, BudgetPlan
 from autotune.space import Space
@@ -78,11 +79,11 @@ _STEPS: tuple[_Step, ...] = (
 )
 """The cuts in the order of the module's docstring."""
 _READS = {
-    "explore": ("trials", "timeout", "finalists"),
-    "confirm": ("rounds",),
-    "runoff": ("runoff_rounds",),
-    "ddp": ("ddp_knobs", "ddp_finalists"),
-    "ceilings": ("ceilings",),
+    Stage.EXPLORE: ("trials", "timeout", "finalists"),
+    Stage.CONFIRM: ("rounds",),
+    Stage.RUNOFF: ("runoff_rounds",),
+    Stage.DDP: ("ddp_knobs", "ddp_finalists"),
+    Stage.CEILINGS: ("ceilings",),
 }
 """The options each stage reads that a plan cuts: before a stage runs they are the
 user's again, so that time an earlier stage left unspent brings back what it can."""
@@ -93,8 +94,8 @@ class Fit:
     """Options whose trials fill the time the other stages leave, and what they cost."""
 
     options: SearchOptions
-    stages: dict[str, float]
-    """Seconds of each stage after the preflight (:data:`STAGES`)."""
+    stages: dict[Stage, float]
+    """Seconds of each stage after the preflight (:data:`~autotune._stages.PLANNED`)."""
     total_s: float
     """The time spent so far and every stage's."""
     fits: bool
@@ -112,8 +113,8 @@ def fit(
     """``options`` with as many trials as the time left after the other stages holds, at
     most its own and at least ``least`` (when it has that many)."""
     stages = stage_seconds(shape, options, cost)
-    others = sum(seconds for stage, seconds in stages.items() if stage != "explore")
-    if "explore" in shape.done:
+    others = sum(seconds for stage, seconds in stages.items() if stage != Stage.EXPLORE)
+    if Stage.EXPLORE in shape.done:
         trials = options.trials
     else:
         per_trial = cost.seconds(trial_windows(options)) / max(1, shape.slots)
@@ -193,8 +194,8 @@ def record(given: SearchOptions, found: Fit, *, budget_s: float, spent_s: float)
         seconds=budget_s,
         planned_s=found.total_s,
         stages=(
-            ("preflight", spent_s),
-            *((stage, found.stages[stage]) for stage in STAGES if found.stages[stage] > 0),
+            (Stage.PREFLIGHT, spent_s),
+            *((stage, found.stages[stage]) for stage in PLANNED if found.stages[stage] > 0),
         ),
         trials=found.options.trials,
         rounds=found.options.rounds,
@@ -258,11 +259,11 @@ class Deadline:
         timeout after which no trial starts, so that the last one, run in full, ends in
         time for the stages after it. At least :data:`MIN_TRIALS` full trials' time
         is given all the same."""
-        planned = self._replan(options, {"bounds", "workers"}, progress)
+        planned = self._replan(options, {Stage.BOUNDS, Stage.WORKERS}, progress)
         if self.budget_s is None:
             return planned
-        stages = stage_seconds(self._shape({"bounds", "workers"}), planned, self.cost)
-        later = sum(s for stage, s in stages.items() if stage != "explore")
+        stages = stage_seconds(self._shape({Stage.BOUNDS, Stage.WORKERS}), planned, self.cost)
+        later = sum(s for stage, s in stages.items() if stage != Stage.EXPLORE)
         full = self.cost.seconds(planned.max_windows)
         least = min(planned.trials, MIN_TRIALS) * full / max(1, self.shape.slots)
         timeout = max(least, self.room_s - self.spent() - later - full)
@@ -275,16 +276,16 @@ class Deadline:
     ) -> SearchOptions:
         """The options the confirming rounds and the runoff run with, now that a round's
         ``round_configs`` (the default loader's included) are known."""
-        done = {"bounds", "workers", "explore"}
+        done = {Stage.BOUNDS, Stage.WORKERS, Stage.EXPLORE}
         return self._replan(options, done, progress, round_configs=round_configs)
 
     def ddp(self, options: SearchOptions, progress: Progress) -> SearchOptions:
         """The options the DDP stage runs with."""
-        return self._replan(options, {*STAGES} - {"ddp", "ceilings"}, progress)
+        return self._replan(options, {*PLANNED} - {Stage.DDP, Stage.CEILINGS}, progress)
 
     def keeps_ceilings(self, options: SearchOptions, progress: Progress) -> bool:
         """Whether the ceilings stage runs: on in ``options``, and in time."""
-        return self._replan(options, {*STAGES} - {"ceilings"}, progress).ceilings
+        return self._replan(options, {*PLANNED} - {Stage.CEILINGS}, progress).ceilings
 
     def _learn(self) -> None:
         """A probe's start as this search's trials took it: the median of what each ran
@@ -308,7 +309,7 @@ class Deadline:
                 self.cost, start_s=max(0.0, statistics.median(overheads))
             )
 
-    def _shape(self, done: set[str], round_configs: int | None = None) -> SearchShape:
+    def _shape(self, done: set[Stage], round_configs: int | None = None) -> SearchShape:
         return dataclasses.replace(
             self.shape,
             done=frozenset(done),
@@ -318,7 +319,7 @@ class Deadline:
     def _replan(
         self,
         options: SearchOptions,
-        done: set[str],
+        done: set[Stage],
         progress: Progress,
         *,
         round_configs: int | None = None,

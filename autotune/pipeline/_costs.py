@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from autotune._stages import Stage
 from autotune.decide import RUNOFF, most_finalists, most_in_runoff, planned_probes, round_length
 from autotune.explore import (
     PASSES,
@@ -26,8 +27,6 @@ HOLD_S = 1.0
 """About what a pass of the bounds takes to load the batches it holds in memory."""
 CEILING_PROBES = 5
 """Compute and data ceilings of the winner and the default, and the loader limit."""
-STAGES = ("bounds", "workers", "explore", "confirm", "runoff", "ddp", "ceilings")
-"""The stages after the preflight, in the order they run (the progress phases' names)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +94,7 @@ class SearchShape:
     round_configs: int | None = None
     """A confirming round's configs, the default loader's included, once the finalists
     are known; None: estimated from the ``finalists`` option."""
-    done: frozenset[str] = frozenset()
+    done: frozenset[Stage] = frozenset()
     """Stages that have run: they cost nothing more."""
 
 
@@ -117,8 +116,8 @@ def trial_windows(options: SearchOptions) -> float:
 
 def stage_seconds(
     shape: SearchShape, options: SearchOptions, cost: ProbeCost, *, at_most: bool = False
-) -> dict[str, float]:
-    """Seconds of each stage after the preflight, by the names of :data:`STAGES`.
+) -> dict[Stage, float]:
+    """Seconds of each stage after the preflight (:data:`~autotune._stages.PLANNED`).
 
     ``at_most``: every trial run in full and the widest confirming round, the most the
     search should take (the dry run's figure); otherwise what pruning and the usual
@@ -150,12 +149,12 @@ def stage_seconds(
             dict(shape.ddp_info), options, options.finalists, batches=shape.batches
         )
     seconds = {
-        "bounds": cost.bounds(shape.bounds, options) if options.bounds else 0.0,
-        "workers": shape.sweep_probes * short if options.bounds else 0.0,
-        "explore": explore,
-        "confirm": confirm,
-        "runoff": runoff,
-        "ddp": ddp * full,
-        "ceilings": CEILING_PROBES * short if options.ceilings else 0.0,
+        Stage.BOUNDS: cost.bounds(shape.bounds, options) if options.bounds else 0.0,
+        Stage.WORKERS: shape.sweep_probes * short if options.bounds else 0.0,
+        Stage.EXPLORE: explore,
+        Stage.CONFIRM: confirm,
+        Stage.RUNOFF: runoff,
+        Stage.DDP: ddp * full,
+        Stage.CEILINGS: CEILING_PROBES * short if options.ceilings else 0.0,
     }
     return {stage: 0.0 if stage in shape.done else s for stage, s in seconds.items()}

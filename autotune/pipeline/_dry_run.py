@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune._format import format_duration
+from autotune._stages import Stage
 from autotune.explore import readings_left, sweep_left
 from autotune.pipeline._budget import plan, record, room
 from autotune.pipeline._costs import PROBE_START_S, ProbeCost, SearchShape, stage_seconds
@@ -24,18 +25,7 @@ def dry_run(config: str | Path, *, device: str | None = None, **options: Any) ->
         **options: search options, as for ``autotune.search``.
     """
     workload, user_space, search_options = inputs(
-        config,
-        dataset=None,
-        model=None,
-        loss=None,
-        optimizer=None,
-        step=None,
-        collate_fn=None,
-        batch_size=None,
-        device=device,
-        name=None,
-        space=None,
-        options=options,
+        config, {"device": device}, space=None, options=options
     )
     setup = prepare(workload, user_space, search_options)
     return _plan_lines(setup, search_options, workload.batch_size, user_space)
@@ -90,13 +80,14 @@ def _estimate(options: SearchOptions, setup: Setup, user_space: Mapping[str, Any
     confirming rounds."""
     shape = _shape(setup, user_space, options)
     stages = stage_seconds(shape, options, ProbeCost.of(options), at_most=True)
-    bounds = stages["bounds"] + stages["workers"]
-    confirm = stages["confirm"] + stages["runoff"]
+    bounds = stages[Stage.BOUNDS] + stages[Stage.WORKERS]
+    confirm = stages[Stage.CONFIRM] + stages[Stage.RUNOFF]
     total = PROBE_START_S + sum(stages.values())
     return (
         f"time: at most about {format_duration(total)} (bounds {format_duration(bounds)}, "
-        f"exploring {format_duration(stages['explore'])}, confirming {format_duration(confirm)}, "
-        f"ceilings {format_duration(stages['ceilings'])}); trials that ASHA prunes end sooner"
+        f"exploring {format_duration(stages[Stage.EXPLORE])}, "
+        f"confirming {format_duration(confirm)}, "
+        f"ceilings {format_duration(stages[Stage.CEILINGS])}); trials that ASHA prunes end sooner"
     )
 
 

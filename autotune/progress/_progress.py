@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import IO, Protocol
 
 from autotune._format import format_duration, format_rate
+from autotune._stages import Stage
 from autotune.probe import Window
 from autotune.settings import Settings
 from autotune.study import TrialRecord
@@ -27,10 +28,10 @@ from autotune.study import TrialRecord
 class Progress(Protocol):
     """What a search tells its watcher."""
 
-    def phase(self, name: str, detail: str) -> None:
-        """A stage begins: preflight, explore, confirm, runoff, ceilings, done."""
+    def phase(self, name: Stage, detail: str) -> None:
+        """A stage begins (:class:`Stage`; ``Stage.DONE``: the search has ended)."""
 
-    def plan(self, stage: str, trials: int, timeout: float | None, *, later: int = 0) -> None:
+    def plan(self, stage: Stage, trials: int, timeout: float | None, *, later: int = 0) -> None:
         """The stage begun runs up to ``trials`` probes, none started after ``timeout``
         seconds; ``later`` full probes follow in the stages after it."""
 
@@ -50,10 +51,10 @@ class Progress(Protocol):
 class QuietProgress:
     """Shows nothing."""
 
-    def phase(self, name: str, detail: str) -> None:
+    def phase(self, name: Stage, detail: str) -> None:
         pass
 
-    def plan(self, stage: str, trials: int, timeout: float | None, *, later: int = 0) -> None:
+    def plan(self, stage: Stage, trials: int, timeout: float | None, *, later: int = 0) -> None:
         pass
 
     def trial_started(self, number: int, role: str, settings: Settings) -> None:
@@ -126,7 +127,7 @@ class Tracker:
     def elapsed(self) -> float:
         return self.clock() - self.started
 
-    def phase(self, name: str) -> None:
+    def phase(self, name: Stage) -> None:
         self.stage = name
         self.stage_started = self.last_end = self.clock()
         self.planned = self.done = self.later = 0
@@ -203,11 +204,11 @@ class LineProgress:
     def _print(self, text: str) -> None:
         print(f"[{self.tracker.elapsed():6.1f}s] {text}", file=self.stream, flush=True)
 
-    def phase(self, name: str, detail: str) -> None:
+    def phase(self, name: Stage, detail: str) -> None:
         self.tracker.phase(name)
         self._print(f"{name}: {detail}")
 
-    def plan(self, stage: str, trials: int, timeout: float | None, *, later: int = 0) -> None:
+    def plan(self, stage: Stage, trials: int, timeout: float | None, *, later: int = 0) -> None:
         self.tracker.plan(trials, timeout, later)
 
     def trial_started(self, number: int, role: str, settings: Settings) -> None:
@@ -332,12 +333,12 @@ class LiveProgress:
                 self._draw()
 
     # ----------------------------------------------------------------- events
-    def phase(self, name: str, detail: str) -> None:
+    def phase(self, name: Stage, detail: str) -> None:
         self._update(lambda: self.lines.phase(name, detail))
         if name == "done":
             self.close()
 
-    def plan(self, stage: str, trials: int, timeout: float | None, *, later: int = 0) -> None:
+    def plan(self, stage: Stage, trials: int, timeout: float | None, *, later: int = 0) -> None:
         self._update(lambda: self.lines.plan(stage, trials, timeout, later=later))
 
     def trial_started(self, number: int, role: str, settings: Settings) -> None:

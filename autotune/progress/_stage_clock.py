@@ -6,14 +6,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from autotune._stages import Stage
 from autotune.probe import Window
 from autotune.progress._progress import Progress
 from autotune.result import SearchTime
 from autotune.settings import Settings
 from autotune.study import TrialRecord
-
-_END = "done"
-"""The phase that ends the search: no stage of its own."""
 
 
 class StageClock:
@@ -28,9 +26,9 @@ class StageClock:
         self.inner = inner
         self._clock = clock
         self._started = clock()
-        self._stage: str | None = None
+        self._stage: Stage | None = None
         self._since = self._started
-        self._seconds: dict[str, float] = {}
+        self._seconds: dict[Stage, float] = {}
         self._stopped: SearchTime | None = None
 
     def _close(self, now: float) -> None:
@@ -53,15 +51,15 @@ class StageClock:
         return self._stopped
 
     # ----------------------------------------------------------------- events
-    def phase(self, name: str, detail: str) -> None:
+    def phase(self, name: Stage, detail: str) -> None:
         if self._stopped is None:
             now = self._clock()
             self._close(now)
-            if name != _END:
+            if name != Stage.DONE:
                 self._stage, self._since = name, now
         self.inner.phase(name, detail)
 
-    def plan(self, stage: str, trials: int, timeout: float | None, *, later: int = 0) -> None:
+    def plan(self, stage: Stage, trials: int, timeout: float | None, *, later: int = 0) -> None:
         self.inner.plan(stage, trials, timeout, later=later)
 
     def trial_started(self, number: int, role: str, settings: Settings) -> None:

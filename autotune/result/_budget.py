@@ -7,6 +7,7 @@ import dataclasses
 from typing import Any
 
 from autotune._format import count, format_duration
+from autotune._stages import Stage
 
 CEILINGS = "the ceilings"
 """What :attr:`BudgetPlan.left_out` calls the ceilings stage."""
@@ -21,7 +22,7 @@ class BudgetPlan:
     """The budget: what the whole search was to take."""
     planned_s: float
     """What the planned stages add up to, the time spent before the plan included."""
-    stages: tuple[tuple[str, float], ...] = ()
+    stages: tuple[tuple[Stage, float], ...] = ()
     """(stage, planned seconds) in the order they run; a stage left out is absent."""
     trials: int = 0
     """Exploration trials planned (fewer run when exploring reaches its deadline first)."""
@@ -40,7 +41,7 @@ class BudgetPlan:
         them)."""
         return CEILINGS in self.left_out
 
-    def planned(self, stage: str) -> float | None:
+    def planned(self, stage: Stage) -> float | None:
         """The seconds planned for ``stage``; None when it was left out."""
         return dict(self.stages).get(stage)
 
@@ -75,7 +76,7 @@ class BudgetPlan:
         return cls(
             seconds=float(data["seconds"]),
             planned_s=float(data["planned_s"]),
-            stages=tuple((str(name), float(seconds)) for name, seconds in data.get("stages", ())),
+            stages=tuple((Stage(name), float(seconds)) for name, seconds in data.get("stages", ())),
             trials=int(data.get("trials", 0)),
             rounds=int(data.get("rounds", 0)),
             left_out=tuple(str(phrase) for phrase in data.get("left_out", ())),

@@ -6,35 +6,33 @@ import dataclasses
 from typing import Any
 
 from autotune._format import format_seconds, format_wall
-
-_LABELS = {"workers": "worker sweep"}
-"""A stage as a reader names it, where its progress phase's name is shorter."""
+from autotune._stages import Stage
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SearchTime:
     """The wall seconds of one search and of each stage it ran, in the order they ran.
 
-    The stages are the phases the search announced (preflight, bounds, workers, explore,
-    confirm, runoff, ddp, ceilings); one it skipped is absent. They add up to at most
+    The stages are those the search announced, in the order they ran; one it skipped
+    is absent. They add up to at most
     ``total_s``: the setup before the preflight belongs to no stage.
     """
 
     total_s: float
     """From the call to the result, every stage included."""
-    stages: tuple[tuple[str, float], ...] = ()
+    stages: tuple[tuple[Stage, float], ...] = ()
     """(stage, seconds) for each stage that ran."""
     continued: bool = False
     """The search continued a study that earlier searches began: the time is this
     search's alone, not the study's, since it reused what they measured."""
 
-    def seconds(self, stage: str) -> float | None:
+    def seconds(self, stage: Stage) -> float | None:
         """The seconds ``stage`` took; None when it did not run."""
         return dict(self.stages).get(stage)
 
     def describe(self) -> str:
         """ "4 min 10 s (preflight 1.0 s, bounds 73 s, explore 84 s, confirm 108 s)"."""
-        parts = ", ".join(f"{_LABELS.get(s, s)} {format_seconds(t)}" for s, t in self.stages)
+        parts = ", ".join(f"{Stage(s).label} {format_seconds(t)}" for s, t in self.stages)
         text = format_wall(self.total_s) + (f" ({parts})" if parts else "")
         if self.continued:
             text += "; this search only, which continued the study's earlier ones"
@@ -53,6 +51,6 @@ class SearchTime:
         """Rebuild from :meth:`to_dict`."""
         return cls(
             total_s=float(data["total_s"]),
-            stages=tuple((str(stage), float(seconds)) for stage, seconds in data["stages"]),
+            stages=tuple((Stage(stage), float(seconds)) for stage, seconds in data["stages"]),
             continued=bool(data.get("continued", False)),
         )
