@@ -1,9 +1,9 @@
-"""The configs a search tries first (autotune.pipeline._search.warm_starts)."""
+"""The configs a search tries first (autotune.pipeline._usual_starts.usual_starts)."""
 
 from __future__ import annotations
 
 from autotune import Machine, Settings
-from autotune.pipeline._search import warm_starts
+from autotune.pipeline._usual_starts import usual_starts as warm_starts
 from autotune.space import build_space
 
 

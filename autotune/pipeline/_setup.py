@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,24 +31,18 @@ class Setup:
 
 def inputs(
     config: str | Path | None,
+    pieces: Mapping[str, Any],
     *,
-    dataset: Any,
-    model: Any,
-    loss: Callable[[Any, Any], Any] | None,
-    optimizer: Callable[[Any], Any] | None,
-    step: Callable[[Any, Any], Any] | None,
-    collate_fn: Callable[[list[Any]], Any] | None,
-    batch_size: int | None,
-    device: str | None,
-    name: str | None,
     space: Mapping[str, Any] | None,
     options: Mapping[str, Any],
 ) -> tuple[Workload, Mapping[str, Any], SearchOptions]:
     """The workload, the user's space and the search options of ``autotune.search``'s
-    arguments: a config file, or ``dataset`` and ``model`` with the optional pieces.
-    ``device`` given with a config file wins over the config's."""
+    arguments: a config file, or the workload's ``pieces`` (the :class:`Workload` fields
+    ``autotune.search`` takes, None where not given), of which ``dataset`` and ``model``
+    are needed. A ``device`` given with a config file wins over the config's."""
+    device = pieces.get("device")
     if config is not None:
-        if dataset is not None or model is not None:
+        if pieces.get("dataset") is not None or pieces.get("model") is not None:
             raise ConfigError("give a config file or dataset= and model=, not both.")
         loaded = load_config(config)
         workload = loaded.workload
@@ -59,19 +53,10 @@ def inputs(
             return workload, user_space, SearchOptions.from_mapping(loaded.search, **options)
         except ConfigError as error:
             raise ConfigError(f"{workload.origin()}: {error}") from None
-    if dataset is None or model is None:
+    if pieces.get("dataset") is None or pieces.get("model") is None:
         raise ConfigError("nothing to tune: give a config file, or both dataset= and model=.")
-    workload = Workload(
-        dataset=dataset,
-        model=model,
-        loss=loss,
-        optimizer=optimizer,
-        step=step,
-        collate_fn=collate_fn,
-        batch_size=32 if batch_size is None else batch_size,
-        device=device,
-        name=name or "workload",
-    )
+    given = {name: value for name, value in pieces.items() if value is not None}
+    workload = Workload(**{**given, "name": pieces.get("name") or "workload"})
     ensure_picklable(workload)
     return workload, dict(space or {}), SearchOptions.from_mapping({}, **options)
 

@@ -1,10 +1,12 @@
 """Where a search starts, and the record of it that ``autotune show`` reads.
 
-Two sources of starting points besides the rule of thumb and the bounds' leaders: a
-study's own earlier answer, measured again first (:mod:`autotune.decide`'s recheck), and
-earlier studies' finalists, tried first by a new study (``warm_from``; by default the
-other studies of the same database): studies of a close workload measured on a machine
-with the same CPUs and GPUs, where the best settings are likely near.
+Two sources of starting points besides the usual ones
+(:mod:`autotune.pipeline._usual_starts`): a study's own earlier answer, measured again
+first (:mod:`autotune.pipeline._recheck`), and earlier studies' finalists, tried by a
+new study instead of the usual starts (``warm_from``; by default the other studies of
+the same database): studies of a close workload measured on a machine with the same
+CPUs and GPUs, where the best settings are likely near, and which measured the usual
+starts already.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import optuna
 from autotune._errors import ConfigError, StudyError
 from autotune.decide import earlier_answer, earlier_finalists
 from autotune.machine import Machine
+from autotune.pipeline._state import SearchState
 from autotune.settings import Settings
 from autotune.space import Space
 from autotune.study import (
@@ -42,6 +45,27 @@ class WarmStart:
     notes: tuple[str, ...]
     sources: tuple[str, ...]
     """The studies whose finalists were taken, as the notes name them."""
+
+
+def seeds(state: SearchState) -> tuple[Settings, ...]:
+    """The finalists of the earlier studies ``warm_from`` names (by default the other
+    studies in the same storage) to try first, each study's line said and those that
+    lent configs recorded in the study."""
+    found = warm_from_studies(
+        state.options.warm_from,
+        study=state.study,
+        where=state.where,
+        info=state.info,
+        machine=state.machine,
+        space=state.space,
+        most=2 * state.options.finalists,
+    )
+    for note in found.notes:
+        state.progress.message(f"warm start: {note}")
+    if found.sources:
+        note = "; ".join(found.notes)
+        record_start(state.study, {"source": ", ".join(found.sources), "note": note})
+    return found.seeds
 
 
 def warm_from_studies(
