@@ -62,6 +62,39 @@ def _key(mode: str, settings: Settings) -> Hashable:
     return (mode, dataclasses.replace(settings, amp="off", echo=1).key())
 
 
+def _ceiling_jobs(
+    winner: Settings, baseline: Settings, limit: Settings, default_threads: int | None
+) -> list[tuple[str, Mode, Settings]]:
+    """The ceiling probes as (owner, mode, settings); a compute probe of a config with no
+    thread setting runs ``default_threads`` threads, as such a config does."""
+
+    def model_of(settings: Settings) -> Settings:
+        if settings.threads is None and default_threads is not None:
+            return dataclasses.replace(settings, threads=default_threads)
+        return settings
+
+    return [
+        ("winner", "compute", model_of(winner)),
+        ("winner", "data", winner),
+        ("baseline", "compute", model_of(baseline)),
+        ("baseline", "data", baseline),
+        ("limit", "data", limit),
+    ]
+
+
+def _probe_ceiling(
+    template: ProbeRequest, mode: Mode, settings: Settings, progress: Progress
+) -> Figures | None:
+    """Run one ceiling probe and say its result; None where it failed."""
+    result = run_probe(dataclasses.replace(template, settings=settings, mode=mode))
+    what = f"{mode} ceiling of {settings.describe()}"
+    if result.failure is None:
+        progress.message(f"{what}: {format_rate(result.figures.samples_per_s)} samples/s")
+        return result.figures
+    progress.message(f"{what} not measured: {result.failure.message}")
+    return None
+
+
 def measure_ceilings(
     template: ProbeRequest,
     winner: Settings,
@@ -77,20 +110,8 @@ def measure_ceilings(
     the preflight found): such a config's compute ceiling is the one with that many."""
     limit = limit_settings(winner, most_workers)
     known = known_compute or {}
-
-    def model_of(settings: Settings) -> Settings:
-        if settings.threads is None and default_threads is not None:
-            return dataclasses.replace(settings, threads=default_threads)
-        return settings
-
     template = dataclasses.replace(template, max_windows=reference_windows(template.max_windows))
-    jobs: list[tuple[str, Mode, Settings]] = [
-        ("winner", "compute", model_of(winner)),
-        ("winner", "data", winner),
-        ("baseline", "compute", model_of(baseline)),
-        ("baseline", "data", baseline),
-        ("limit", "data", limit),
-    ]
+    jobs = _ceiling_jobs(winner, baseline, limit, default_threads)
     measured: dict[Hashable, Figures | None] = {
         _key(mode, settings): known[compute_key(settings)]
         for _, mode, settings in jobs
@@ -107,14 +128,7 @@ def measure_ceilings(
     for owner, mode, settings in jobs:
         key = _key(mode, settings)
         if key not in measured:
-            result = run_probe(dataclasses.replace(template, settings=settings, mode=mode))
-            what = f"{mode} ceiling of {settings.describe()}"
-            if result.failure is None:
-                measured[key] = result.figures
-                progress.message(f"{what}: {format_rate(result.figures.samples_per_s)} samples/s")
-            else:
-                measured[key] = None
-                progress.message(f"{what} not measured: {result.failure.message}")
+            measured[key] = _probe_ceiling(template, mode, settings, progress)
         figures = measured[key]
         if figures is not None:
             found[owner][mode] = figures
