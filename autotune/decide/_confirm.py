@@ -95,19 +95,7 @@ def confirm(
     user_batch = baseline.batch_size
     configs, notes = _finalist_settings(plan, explored, baseline, default_threads)
     order = round_order(runner, plan, configs, baseline)
-    beside = (
-        "each round in turns in one process"
-        if runner.in_turns(plan) and configs
-        else "the default beside every two"
-    )
-    progress.phase(
-        Stage.CONFIRM,
-        f"measuring {len(configs)} finalist(s) and the default loader again, in "
-        f"{options.rounds} interleaved round(s), {beside}",
-    )
-    for note in notes:  # under the phase whose finalists they count among
-        progress.message(note)
-    progress.plan(Stage.CONFIRM, len(order) * options.rounds, None, later=later)
+    _announce(runner, plan, configs, order, notes, progress, later=later)
     finalist_rounds, default = _sequential_rounds(runner, plan, order, baseline, progress)
     taken = len(default.measurements)
     noise = round_noise(finalist_rounds)
@@ -126,20 +114,20 @@ def confirm(
             rounds=taken,
         )
     rounds = taken
-    contenders = contested(finalist_rounds, default, band=band, tolerance=options.tolerance)
-    if contenders and options.runoff_rounds:
-        settled = _runoff(
-            runner, plan, contenders, default, noise, progress, later=later, after=rounds
-        )
-        decided = runoff_verdict(
-            settled.finalists, settled.default, tolerance=options.tolerance, user_batch=user_batch
-        )
-        if decided is not None:
-            pick, default, rounds = decided, settled.default, len(settled.default.measurements)
-            longer = {r.settings.key(): r for r in settled.finalists}
-            finalist_rounds = [longer.get(r.settings.key(), r) for r in finalist_rounds]
-        else:
-            progress.message("no finalist of the runoff was measured in every round of it")
+    runoff = _decide_runoff(
+        runner, plan, finalist_rounds, default, noise, progress, later=later, user_batch=user_batch
+    )
+    if runoff is not None:
+        pick, default, finalist_rounds = runoff
+        rounds = len(default.measurements)
+    return _confirmed(pick, finalist_rounds, default, rounds=rounds, noise=noise)
+
+
+def _confirmed(
+    pick: Rounds, finalist_rounds: list[Rounds], default: Rounds, *, rounds: int, noise: float
+) -> Confirmed:
+    """The confirmation of ``pick``: its figures and those of the complete finalists and
+    default loader, with the spreads of their rounds."""
     return Confirmed(
         winner=pick.typical(),
         finalists=tuple(r.typical() for r in finalist_rounds if r.complete),
@@ -159,6 +147,65 @@ def confirm(
         ),
         is_default=pick is default,
     )
+
+
+def _announce(
+    runner: Backend,
+    plan: ExplorePlan,
+    configs: list[Settings],
+    order: list[Settings],
+    notes: list[str],
+    progress: Progress,
+    *,
+    later: int,
+) -> None:
+    """Open the confirming phase: what it measures and how, the notes on the finalists
+    under it, and its planned probes."""
+    options = plan.options
+    beside = (
+        "each round in turns in one process"
+        if runner.in_turns(plan) and configs
+        else "the default beside every two"
+    )
+    progress.phase(
+        Stage.CONFIRM,
+        f"measuring {len(configs)} finalist(s) and the default loader again, in "
+        f"{options.rounds} interleaved round(s), {beside}",
+    )
+    for note in notes:  # under the phase whose finalists they count among
+        progress.message(note)
+    progress.plan(Stage.CONFIRM, len(order) * options.rounds, None, later=later)
+
+
+def _decide_runoff(
+    runner: Backend,
+    plan: ExplorePlan,
+    finalist_rounds: list[Rounds],
+    default: Rounds,
+    noise: float,
+    progress: Progress,
+    *,
+    later: int,
+    user_batch: int,
+) -> tuple[Rounds, Rounds, list[Rounds]] | None:
+    """Run the runoff where the rounds left finalists within the noise of each other: the
+    pick, the default's rounds and the finalists' rounds as the runoff left them; None
+    where there was no runoff or it decided nothing."""
+    options = plan.options
+    band = max(options.tolerance, noise)
+    contenders = contested(finalist_rounds, default, band=band, tolerance=options.tolerance)
+    if not (contenders and options.runoff_rounds):
+        return None
+    after = len(default.measurements)
+    settled = _runoff(runner, plan, contenders, default, noise, progress, later=later, after=after)
+    decided = runoff_verdict(
+        settled.finalists, settled.default, tolerance=options.tolerance, user_batch=user_batch
+    )
+    if decided is None:
+        progress.message("no finalist of the runoff was measured in every round of it")
+        return None
+    longer = {r.settings.key(): r for r in settled.finalists}
+    return decided, settled.default, [longer.get(r.settings.key(), r) for r in finalist_rounds]
 
 
 def _sequential_rounds(
