@@ -92,11 +92,7 @@ def recheck(
     """
     if _knobs(earlier.space) != _knobs(plan.space.to_dict()):
         return Recheck(reason="it was chosen in another space than this search's")
-    if earlier.is_default:
-        others = [s for s in earlier_finalists(earlier) if s != baseline]
-        contender = others[0] if others else None
-    else:
-        contender = earlier.settings
+    contender = _contender(earlier, baseline)
     if contender is None or contender == baseline or not plan.space.contains(contender):
         return None
     order = round_order(runner, plan, [contender], baseline)
@@ -113,14 +109,33 @@ def recheck(
             reason=f"{contender.describe()} or the default loader failed to measure again"
         )
     speedup = rounds.speedups[0]
+    holds, reason = _judge(earlier, contender, speedup)
+    if not holds:
+        return Recheck(reason=reason)
+    return Recheck(
+        reason=reason,
+        result=_extended(earlier, rounds.typical(), default.typical(), speedup),
+    )
+
+
+def _contender(earlier: SearchResult, baseline: Settings) -> Settings | None:
+    """What to measure again: ``earlier``'s choice, or its fastest finalist other than
+    ``baseline`` where it chose the default loader (None where it has none)."""
+    if earlier.is_default:
+        others = [s for s in earlier_finalists(earlier) if s != baseline]
+        return others[0] if others else None
+    return earlier.settings
+
+
+def _judge(earlier: SearchResult, contender: Settings, speedup: float) -> tuple[bool, str]:
+    """Whether ``earlier``'s answer holds with ``contender`` at ``speedup`` over the
+    default loader, and why."""
     band = max(earlier.tolerance, earlier.noise)
     if earlier.is_default:
         if speedup > 1 + band:
-            return Recheck(
-                reason=(
-                    f"{contender.describe()} now reads {speedup:.2f}x the default loader, "
-                    f"beyond the noise ({band:.0%}) that the earlier rounds left it within"
-                )
+            return False, (
+                f"{contender.describe()} now reads {speedup:.2f}x the default loader, "
+                f"beyond the noise ({band:.0%}) that the earlier rounds left it within"
             )
         reason = (
             f"the default loader still holds: its fastest finalist reads {speedup:.2f}x it, "
@@ -135,18 +150,12 @@ def recheck(
                 if interval
                 else f"it must beat the default by more than the noise ({band:.0%})"
             )
-            return Recheck(
-                reason=(
-                    f"{contender.describe()} reads {speedup:.2f}x the default loader now; "
-                    f"{expected}"
-                )
+            return False, (
+                f"{contender.describe()} reads {speedup:.2f}x the default loader now; {expected}"
             )
         predicted = f", as predicted ({interval[0]:.2f}-{interval[1]:.2f}x)" if interval else ""
         reason = f"it reads {speedup:.2f}x the default loader again{predicted}"
-    return Recheck(
-        reason=reason,
-        result=_extended(earlier, rounds.typical(), default.typical(), speedup),
-    )
+    return True, reason
 
 
 def _knobs(space: Mapping[str, Any]) -> str:
