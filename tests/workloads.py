@@ -169,9 +169,12 @@ def _database_owners(url: str) -> set[int] | None:
 
     import sqlalchemy
 
-    engine = _ENGINES.get(url)
+    # One engine per process: a DataLoader worker forked from a probe must not read on the
+    # probe's pooled connection, whose socket its sibling workers share.
+    key = f"{os.getpid()} {url}"
+    engine = _ENGINES.get(key)
     if engine is None:
-        engine = _ENGINES[url] = sqlalchemy.create_engine(
+        engine = _ENGINES[key] = sqlalchemy.create_engine(
             url.replace("postgresql://", "postgresql+psycopg://")
         )
     query = sqlalchemy.text("SELECT value_json FROM trial_user_attributes WHERE key = :key")
