@@ -32,7 +32,7 @@ import sys
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune._errors import ConfigError, MissingExtraError
 from autotune.explore._backend import ExplorePlan
@@ -41,6 +41,11 @@ from autotune.explore._trials import enqueue_warm_starts, group_attrs
 from autotune.settings import Settings
 from autotune.study import quiet_optuna
 from autotune.workload import MEMORY_SHARE
+
+if TYPE_CHECKING:
+    from ray.tune import Tuner
+
+    from autotune.explore._ray_driver import TrialBook
 
 INSTALL = "pip install 'autotune[ray]'"
 
@@ -307,19 +312,25 @@ class RayBackend:
                 failure_config=tune.FailureConfig(max_failures=0),
             ),
         )
-        try:
-            with _tune_environment():
-                grid = tuner.fit()
-        except KeyboardInterrupt:
-            book.abandon("interrupted (Ctrl-C)")
-            raise
-        except BaseException as error:
-            book.abandon(f"not finished: Ray Tune stopped with {type(error).__name__}: {error}")
-            raise
-        else:
-            book.reconcile(grid[i] for i in range(len(grid)))
-        finally:
-            book.close()
+        _fit(tuner, book)
+
+
+def _fit(tuner: Tuner, book: TrialBook) -> None:
+    """Run ``tuner`` to the end, the study told of every trial (reconciled where the run
+    finished, abandoned with the reason where it did not), and close ``book``."""
+    try:
+        with _tune_environment():
+            grid = tuner.fit()
+    except KeyboardInterrupt:
+        book.abandon("interrupted (Ctrl-C)")
+        raise
+    except BaseException as error:
+        book.abandon(f"not finished: Ray Tune stopped with {type(error).__name__}: {error}")
+        raise
+    else:
+        book.reconcile(grid[i] for i in range(len(grid)))
+    finally:
+        book.close()
 
 
 def _spec(plan: ExplorePlan, resources: TrialResources, *, exploring: bool) -> TrialSpec:
