@@ -224,7 +224,8 @@ def diagnose_config(
     verdict: Verdict = "data-bound" if wait > DATA_BOUND else "compute-bound"
     evidence = _evidence(measurement, compute_rate, data_rate, limit_rate, limit_workers)
     loader = _loader(settings, data_rate, limit_rate, limit_workers, context.best_loader)
-    advice = _advice(measurement, verdict, compute_rate, loader, context)
+    advice = _verdict_advice(measurement, verdict, compute_rate, loader, context)
+    advice += _caveats(measurement, compute_rate, loader.data, context.no_ceilings)
     advice += _copy(settings, figures.copy_fraction, context.device)
     return Diagnosis(
         subject=subject,
@@ -298,17 +299,6 @@ def _loader(
         best=best,
         best_workers=best_workers,
     )
-
-
-def _advice(
-    measurement: Measurement,
-    verdict: Verdict,
-    compute: float | None,
-    loader: _Loader,
-    context: Context,
-) -> list[str]:
-    advice = _verdict_advice(measurement, verdict, compute, loader, context)
-    return advice + _caveats(measurement, compute, loader.data, context.no_ceilings)
 
 
 def _verdict_advice(
