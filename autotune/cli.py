@@ -156,8 +156,22 @@ def _parser() -> argparse.ArgumentParser:
         description="Measure, don't guess, the DataLoader settings of a PyTorch training.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    search = _add_search(commands)
+    readers = _add_study_readers(commands)
+    for sub in readers:
+        sub.add_argument(
+            "--study-name",
+            metavar="NAME",
+            help="the study's name in a storage that holds several (default: its only one)",
+        )
+    for sub in (search, *readers):
+        sub.add_argument("--debug", action="store_true", help="show tracebacks")
+    return parser
 
-    search = commands.add_parser(
+
+def _add_search(commands: Any) -> argparse.ArgumentParser:
+    """The ``search`` command: a config, the search options as flags, a dry run."""
+    search: argparse.ArgumentParser = commands.add_parser(
         "search",
         help="tune a config and save the study",
         description="Tune the DataLoader settings of a config by measuring short real "
@@ -176,7 +190,11 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument(
         "--device", help="the device to train on: cpu, cuda, cuda:1 (default: the config's)"
     )
+    return search
 
+
+def _add_study_readers(commands: Any) -> tuple[argparse.ArgumentParser, ...]:
+    """The commands that read a saved study: ``show``, ``export`` and ``report``."""
     show = commands.add_parser("show", help="the best settings and the trials of a study")
     show.add_argument("study", help=_STUDY_HELP)
     show.add_argument(
@@ -203,16 +221,7 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--format", choices=("html", "md"), default="html", help="html (with plots) or md"
     )
-
-    for sub in (show, export, report):
-        sub.add_argument(
-            "--study-name",
-            metavar="NAME",
-            help="the study's name in a storage that holds several (default: its only one)",
-        )
-    for sub in (search, show, export, report):
-        sub.add_argument("--debug", action="store_true", help="show tracebacks")
-    return parser
+    return show, export, report
 
 
 def main(argv: Sequence[str] | None = None) -> int:
