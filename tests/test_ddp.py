@@ -27,6 +27,7 @@ from autotune.decide import Confirmed
 from autotune.decide._ddp import (
     DdpMeasurement,
     DdpResult,
+    DdpSetup,
     _try_larger_batch,
     after_ddp,
     buffer_keyword,
@@ -176,16 +177,19 @@ class PartlyUsed(nn.Module):
 
 def ddp_stage(winner, finalists, dataset, model=workloads.linear_model, batch_sizes=(), **options):
     """The DDP stage on 2 CPU ranks, quietly, for a user's batch of 8."""
-    return run_ddp_stage(
+    setup = DdpSetup(
         placement=TWO_CPU_RANKS,
         template=template(dataset, model=model),
-        winner=winner,
-        finalists=finalists,
         info={"buffers": 0, "gradient_bytes": 1000},
-        options=SearchOptions(ddp_knobs=False, **options),
-        progress=QuietProgress(),
         user_batch_size=8,
         batch_sizes=batch_sizes,
+    )
+    return run_ddp_stage(
+        setup,
+        winner=winner,
+        finalists=finalists,
+        options=SearchOptions(ddp_knobs=False, **options),
+        progress=QuietProgress(),
     )
 
 

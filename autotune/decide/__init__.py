@@ -14,7 +14,7 @@ from autotune.decide._confirm import (
     most_in_runoff,
     round_configs,
 )
-from autotune.decide._ddp import after_ddp, planned_probes, run_ddp_stage
+from autotune.decide._ddp import DdpSetup, after_ddp, planned_probes, run_ddp_stage
 from autotune.decide._diagnosis import Diagnosis, diagnose
 from autotune.decide._early import near_ceiling
 from autotune.decide._recheck import Recheck, earlier_answer, earlier_finalists, recheck
@@ -25,6 +25,7 @@ __all__ = [
     "RUNOFF",
     "Ceilings",
     "Confirmed",
+    "DdpSetup",
     "Diagnosis",
     "Recheck",
     "after_ddp",

@@ -166,17 +166,27 @@ class _Prober:
         return measurement
 
 
+@dataclasses.dataclass(frozen=True)
+class DdpSetup:
+    """What the DDP stage runs on: the ranks, the probe every rank runs, what the probes
+    learnt of the model (``buffers``, ``gradient_bytes``, ``allocator``), the user's own
+    batch and the batch sizes the space samples (a larger one is tried when there are
+    several)."""
+
+    placement: Placement
+    template: ProbeRequest
+    info: dict[str, Any]
+    user_batch_size: int
+    batch_sizes: Sequence[int] = ()
+
+
 def run_ddp_stage(
+    setup: DdpSetup,
     *,
-    placement: Placement,
-    template: ProbeRequest,
     winner: Measurement,
     finalists: Sequence[Measurement],
-    info: dict[str, Any],
     options: SearchOptions,
     progress: Progress,
-    user_batch_size: int,
-    batch_sizes: Sequence[int] = (),
     later: int = 0,
 ) -> tuple[Measurement, DdpResult]:
     """DDP-probe the winner (or every finalist) and the pick at the next larger of
@@ -184,10 +194,8 @@ def run_ddp_stage(
     the larger batch measured again on one rank, when DDP figures chose it) with the
     ``ddp`` section, whose settings spell out the ranks' threads (:func:`rank_threads`);
     ``later`` probes follow the stage (for the progress estimate)."""
-    probe = _Prober(placement, template, progress)
-    buffers = bool(info.get("buffers"))
-    base = default_kwargs(buffers)
-    notes: list[str] = []
+    placement = setup.placement
+    probe = _Prober(placement, setup.template, progress)
     contenders = list(finalists) if options.ddp_finalists and finalists else [winner]
     if winner.settings not in [c.settings for c in contenders]:
         contenders.insert(0, winner)
@@ -195,13 +203,42 @@ def run_ddp_stage(
         Stage.DDP,
         f"{len(contenders)} config(s) as DDP across {placement.describe()} ({placement.backend})",
     )
-    batches = len(batch_sizes) > 1
+    batches = len(setup.batch_sizes) > 1
     progress.plan(
         Stage.DDP,
-        planned_probes(info, options, len(contenders), batches=batches),
+        planned_probes(setup.info, options, len(contenders), batches=batches),
         None,
         later=later,
     )
+    base, runs, notes = _run_contenders(probe, contenders, winner, bool(setup.info.get("buffers")))
+    measured = [Candidate(m.settings, m.samples_per_s) for m in runs.values() if m.samples_per_s]
+    if len(measured) > 1:
+        pick = cheapest_within(measured, options.tolerance, user_batch=setup.user_batch_size)
+        winner = next(c for c in contenders if c.settings == pick.settings)
+    chosen = runs[winner.settings.key()]
+    larger = larger_batch(winner.settings, setup.batch_sizes) if chosen.failure is None else None
+    gain = None
+    if larger is not None:
+        winner, chosen, gain = _try_larger_batch(
+            probe, winner, chosen, larger, base, placement, setup.template, options.tolerance
+        )
+    kwargs = dict(base)
+    if chosen.failure is None and options.ddp_knobs:
+        chosen, kwargs, knob_notes = _tune_knobs(
+            probe, chosen, kwargs, setup.info, options.tolerance
+        )
+        notes += knob_notes
+    return winner, _result(setup, winner, chosen, kwargs, gain, probe, notes)
+
+
+def _run_contenders(
+    probe: _Prober, contenders: Sequence[Measurement], winner: Measurement, buffers: bool
+) -> tuple[dict[str, Any], dict[str, DdpMeasurement], list[str]]:
+    """Each contender as DDP with DDP's defaults; the keywords every run then uses (with
+    ``find_unused_parameters`` on once a run asked for it), the runs by config key, and
+    the notes."""
+    base = default_kwargs(buffers)
+    notes: list[str] = []
     runs: dict[str, DdpMeasurement] = {}
     for contender in contenders:
         role = "winner" if contender.settings == winner.settings else "finalist"
@@ -212,22 +249,21 @@ def run_ddp_stage(
             notes.append("find_unused_parameters=True: some parameters get no gradient.")
             run = probe(contender.settings, base, role)
         runs[contender.settings.key()] = run
-    measured = [Candidate(m.settings, m.samples_per_s) for m in runs.values() if m.samples_per_s]
-    if len(measured) > 1:
-        pick = cheapest_within(measured, options.tolerance, user_batch=user_batch_size).settings
-        winner = next(c for c in contenders if c.settings == pick)
-    chosen = runs[winner.settings.key()]
-    larger = larger_batch(winner.settings, batch_sizes) if chosen.failure is None else None
-    gain = None
-    if larger is not None:
-        winner, chosen, gain = _try_larger_batch(
-            probe, winner, chosen, larger, base, placement, template, options.tolerance
-        )
-    kwargs = dict(base)
-    if chosen.failure is None and options.ddp_knobs:
-        chosen, kwargs, knob_notes = _tune_knobs(probe, chosen, kwargs, info, options.tolerance)
-        notes += knob_notes
-    result = DdpResult(
+    return base, runs, notes
+
+
+def _result(
+    setup: DdpSetup,
+    winner: Measurement,
+    chosen: DdpMeasurement,
+    kwargs: dict[str, Any],
+    gain: float | None,
+    probe: _Prober,
+    notes: list[str],
+) -> DdpResult:
+    """The ``ddp`` section of the result for the ``chosen`` run of ``winner``."""
+    placement = setup.placement
+    return DdpResult(
         world_size=placement.ranks,
         backend=placement.backend,
         device_type=placement.device_type,
@@ -235,7 +271,7 @@ def run_ddp_stage(
         kwargs=kwargs,
         rank_cpus=placement.rank_cpus,
         cpu_sets=placement.cpu_sets,
-        user_batch_size=user_batch_size,
+        user_batch_size=setup.user_batch_size,
         visible=placement.visible,
         figures=chosen.figures if chosen.failure is None else None,
         single_samples_per_s=winner.samples_per_s,
@@ -243,9 +279,8 @@ def run_ddp_stage(
         measurements=tuple(probe.measurements),
         notes=tuple(notes),
         failure=chosen.failure,
-        allocator=info.get("allocator"),
+        allocator=setup.info.get("allocator"),
     )
-    return winner, result
 
 
 def after_ddp(

@@ -18,6 +18,7 @@ from autotune._errors import WorkloadError
 from autotune._stages import Stage
 from autotune.decide import (
     Ceilings,
+    DdpSetup,
     after_ddp,
     confirm,
     explored_candidates,
@@ -174,16 +175,19 @@ def run_ddp(state: SearchState) -> None:
     if state.placement.ranks == 1:
         return
     confirmed, winner = state.chosen()
-    winner, ddp = run_ddp_stage(
+    setup = DdpSetup(
         placement=state.placement,
         template=state.template,
-        winner=winner,
-        finalists=list(confirmed.finalists),
         info=state.info,
-        options=state.budget().ddp(state.options, state.progress),
-        progress=state.progress,
         user_batch_size=state.workload.batch_size,
         batch_sizes=_batch_sizes(state),
+    )
+    winner, ddp = run_ddp_stage(
+        setup,
+        winner=winner,
+        finalists=list(confirmed.finalists),
+        options=state.budget().ddp(state.options, state.progress),
+        progress=state.progress,
         later=_ceiling_probes(state),
     )
     state.confirmed, state.winner, state.ddp = after_ddp(confirmed, winner, ddp)
