@@ -301,12 +301,37 @@ def build_space(
     unknown = sorted(set(user) - set(KNOBS))
     if unknown:
         raise SpaceError(f"space has unknown knobs {unknown}; the knobs are {list(KNOBS)}.")
-    notes: list[str] = []
     cpus = rank_cpus if rank_cpus is not None else machine.cpus
     bound = max_workers if max_workers is not None else default_max_workers(cpus)
     modes, amp_note = amp_modes(machine)
+    defaults, notes = _default_domains(machine, batch_size, cpus, bound, modes)
+    if amp_note and "amp" not in user:
+        notes.append(amp_note)
+    if "echo" not in user:
+        notes.append("echo: fixed at 1 (it changes what is learned; opt in with space['echo']).")
+    if "worker_threads" not in user:
+        notes.append(
+            f"worker_threads: fixed at {WORKER_THREADS} (the BLAS and OpenMP threads of each "
+            "worker, as torch sets its own there; None leaves one per core in every worker; "
+            "widen with space['worker_threads'])."
+        )
+
+    domains = dict(defaults)
+    for knob, raw in user.items():
+        domains[knob] = _parse_domain(knob, raw)
+        _check_values(knob, domains[knob], machine, modes)
+    _check_consistency(user, domains)
+    return Space(**domains, notes=tuple(notes))
+
+
+def _default_domains(
+    machine: Machine, batch_size: int, cpus: int, bound: int, modes: tuple[str, ...]
+) -> tuple[dict[str, Domain], list[str]]:
+    """Every knob's domain on this machine before the user narrows it, with a note for
+    each knob the machine leaves out (pinning off an accelerator, threads on a GPU)."""
     on_accelerator = machine.accelerator != "cpu"
     pins = pins_memory(machine.accelerator)
+    notes: list[str] = []
     defaults: dict[str, Domain] = {
         "num_workers": IntRange(0, bound),
         "prefetch_factor": Choices(DEFAULT_PREFETCH),
@@ -328,23 +353,7 @@ def build_space(
             f"pin_memory: left out: the loader pins memory for copies to CUDA only, and this "
             f"search runs on {machine.accelerator}."
         )
-    if amp_note and "amp" not in user:
-        notes.append(amp_note)
-    if "echo" not in user:
-        notes.append("echo: fixed at 1 (it changes what is learned; opt in with space['echo']).")
-    if "worker_threads" not in user:
-        notes.append(
-            f"worker_threads: fixed at {WORKER_THREADS} (the BLAS and OpenMP threads of each "
-            "worker, as torch sets its own there; None leaves one per core in every worker; "
-            "widen with space['worker_threads'])."
-        )
-
-    domains = dict(defaults)
-    for knob, raw in user.items():
-        domains[knob] = _parse_domain(knob, raw)
-        _check_values(knob, domains[knob], machine, modes)
-    _check_consistency(user, domains)
-    return Space(**domains, notes=tuple(notes))
+    return defaults, notes
 
 
 def _parse_domain(knob: str, raw: Any) -> Domain:
