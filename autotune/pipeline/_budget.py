@@ -360,24 +360,20 @@ class Deadline:
         return found.options
 
 
-def start_budget(
+def search_shape(
     options: SearchOptions,
     *,
-    started: float,
-    probe_start_s: float,
     info: Mapping[str, Any],
     space: Space,
     user_space: Mapping[str, Any],
     study: optuna.Study,
     slots: int,
     ranks: int,
-    progress: Progress,
-    clock: Callable[[], float] = time.monotonic,
-) -> tuple[SearchOptions, Deadline]:
-    """The options a search runs with and the deadline that holds its later stages to
-    ``options.budget``, after the preflight: a probe costs ``probe_start_s`` before its
-    first batch (the preflight's own time) and windows of at least the step it timed."""
-    shape = SearchShape(
+) -> SearchShape:
+    """What the search has left to run, after the preflight and what ``study`` holds: the
+    readings and sweep probes still to take, the probes at once, and the DDP facts with
+    several ranks."""
+    return SearchShape(
         bounds=readings_left(space, study),
         sweep_probes=sweep_left(space, user_space, study),
         slots=slots,
@@ -385,7 +381,24 @@ def start_budget(
         ddp_info=info if ranks > 1 else None,
         batches=len(space.batch_size.values()) > 1,
     )
-    cost = ProbeCost.of(options, start_s=probe_start_s, step_s=float(info.get("step_s") or 0.0))
+
+
+def start_budget(
+    options: SearchOptions,
+    shape: SearchShape,
+    *,
+    started: float,
+    probe_start_s: float,
+    step_s: float,
+    study: optuna.Study,
+    progress: Progress,
+    clock: Callable[[], float] = time.monotonic,
+) -> tuple[SearchOptions, Deadline]:
+    """The options a search runs with and the deadline that holds its later stages to
+    ``options.budget``, after the preflight: a probe costs ``probe_start_s`` before its
+    first batch (the preflight's own time) and windows of at least the ``step_s`` it
+    timed."""
+    cost = ProbeCost.of(options, start_s=probe_start_s, step_s=step_s)
     deadline = Deadline(
         options.budget, started=started, shape=shape, cost=cost, study=study, clock=clock
     )

@@ -36,7 +36,7 @@ from autotune.explore import (
     sweepable,
     worker_hang,
 )
-from autotune.pipeline._budget import start_budget
+from autotune.pipeline._budget import search_shape, start_budget
 from autotune.pipeline._probe import preflight, workload_message
 from autotune.pipeline._recheck import recheck_earlier_answer
 from autotune.pipeline._starts import seeds
@@ -72,16 +72,22 @@ def run_preflight(state: SearchState) -> None:
             state.placement,
         )
         state.study.set_user_attr(META, entry)
-    state.options, state.deadline = start_budget(
+    shape = search_shape(
         state.options,
-        started=state.started,
-        probe_start_s=probe_start_s,
         info=state.info,
         space=state.space,
         user_space=state.user_space,
         study=state.study,
         slots=len(state.placement.slots()),
         ranks=state.placement.ranks,
+    )
+    state.options, state.deadline = start_budget(
+        state.options,
+        shape,
+        started=state.started,
+        probe_start_s=probe_start_s,
+        step_s=float(state.info.get("step_s") or 0.0),
+        study=state.study,
         progress=state.progress,
     )
 
