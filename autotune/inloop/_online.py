@@ -26,6 +26,7 @@ from autotune.inloop._record import check_recordable
 from autotune.inloop._start import StudySource, start_settings
 from autotune.inloop._tuner import Tuner, TunerOptions
 from autotune.machine import usable_cpus
+from autotune.settings import Settings
 from autotune.space import default_max_workers
 
 LOG = logging.getLogger("autotune.online")
@@ -40,7 +41,7 @@ def most_workers(cpus: int) -> int:
     return max(default_max_workers(cpus), LATENCY_WORKERS)
 
 
-def online(
+def online(  # noqa: PLR0913 - DataLoader's own keywords and the climb's, the public API
     dataset: Any,
     batch_size: int = 32,
     *,
@@ -121,6 +122,17 @@ def online(
         ranks=ranks,
         epoch_batches=batches,
     )
+    _say_start(logger, start, origin, options, dataset)
+    tuner = Tuner(start, options, logger)
+    data = Data(dataset, batch_size, collate_fn, drop_last, worker_init_fn)
+    return OnlineLoader(data, order, tuner)
+
+
+def _say_start(
+    logger: logging.Logger, start: Settings, origin: str, options: TunerOptions, dataset: Any
+) -> None:
+    """One line on where the climb starts and how far it may go, and one on why an
+    IterableDataset changes config only between epochs."""
     logger.info(
         "online: climbing from %s (%s) for at most %s; up to %d workers",
         start.describe(),
@@ -128,15 +140,12 @@ def online(
         _budget_text(options.budget),
         options.climb.max_workers,
     )
-    if iterable:
+    if isinstance(dataset, IterableDataset):
         logger.info(
             "online: %s is an IterableDataset, which cannot resume mid-epoch: configs switch "
             "only at epoch boundaries, one config tried per epoch",
             type(dataset).__name__,
         )
-    tuner = Tuner(start, options, logger)
-    data = Data(dataset, batch_size, collate_fn, drop_last, worker_init_fn)
-    return OnlineLoader(data, order, tuner)
 
 
 def _check(

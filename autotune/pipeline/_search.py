@@ -24,7 +24,7 @@ from autotune.study import open_study, read_meta, settle, storage_errors
 from autotune.workload import SearchOptions, Workload
 
 
-def search(
+def search(  # noqa: PLR0913 - the config file's pieces as keywords, the public API
     config: str | Path | None = None,
     *,
     dataset: Any = None,
@@ -40,7 +40,8 @@ def search(
     progress: Progress | None = None,
     **options: Any,
 ) -> SearchResult:
-    """Tune a DataLoader by measuring short real trainings, and return the best settings.
+    """Tune a DataLoader by measuring short real trainings, and return the chosen settings,
+    their figures, and ``.loader(dataset)``.
 
     Give either a config file, or ``dataset`` and ``model`` (factories or objects)
     with the optional pieces a config file may define.
@@ -61,9 +62,6 @@ def search(
         **options: :class:`SearchOptions` fields (trials, timeout, study, seed, ...;
             ``backend="ray"`` with ``address`` and ``concurrent`` runs the trials on Ray Tune).
 
-    Returns:
-        The chosen settings, their figures, and ``.loader(dataset)``.
-
     Raises:
         ConfigError: the config or the arguments are wrong.
         WorkloadError: the dataset, model, loss or step fails.
@@ -82,12 +80,7 @@ def search(
         "name": name,
     }
     workload, user_space, search_options = inputs(config, pieces, space=space, options=options)
-    return run_search(
-        workload,
-        user_space,
-        search_options,
-        progress=progress or QuietProgress(),
-    )
+    return run_search(workload, user_space, search_options, progress=progress or QuietProgress())
 
 
 def run_search(
