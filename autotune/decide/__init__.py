@@ -9,7 +9,6 @@ from autotune.decide._confirm import (
     Confirmed,
     confirm,
     explored_candidates,
-    most_confirmed,
     most_finalists,
     most_in_runoff,
     round_configs,
@@ -17,7 +16,7 @@ from autotune.decide._confirm import (
 from autotune.decide._ddp import DdpSetup, after_ddp, planned_probes, run_ddp_stage
 from autotune.decide._diagnosis import Diagnosis, diagnose
 from autotune.decide._early import near_ceiling
-from autotune.decide._recheck import Recheck, earlier_answer, earlier_finalists, recheck
+from autotune.decide._recheck import earlier_answer, earlier_finalists, recheck
 from autotune.decide._rounds import RUNOFF, round_length
 from autotune.decide._saved import result_of
 
@@ -27,7 +26,6 @@ __all__ = [
     "Confirmed",
     "DdpSetup",
     "Diagnosis",
-    "Recheck",
     "after_ddp",
     "confirm",
     "cost",
@@ -36,7 +34,6 @@ __all__ = [
     "earlier_finalists",
     "explored_candidates",
     "measure_ceilings",
-    "most_confirmed",
     "most_finalists",
     "most_in_runoff",
     "near_ceiling",

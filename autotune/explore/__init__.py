@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from autotune.explore._backend import Backend, ExplorePlan
 from autotune.explore._bounds import (
-    MAX_COMBINATIONS,
-    READINGS,
     TURN_WARMUP_SHARE,
     TURN_WINDOW_SHARE,
     TURN_WINDOWS,
@@ -16,7 +14,7 @@ from autotune.explore._bounds import (
     measure_bounds,
     readings_left,
 )
-from autotune.explore._hangs import WorkerHang, worker_hang
+from autotune.explore._hangs import worker_hang
 from autotune.explore._in_turns import PASSES
 from autotune.explore._worker_range import WorkerRange, measure_worker_range, sweep_left, sweepable
 
@@ -42,9 +40,7 @@ def get_backend(name: str) -> Backend:
 
 
 __all__ = [
-    "MAX_COMBINATIONS",
     "PASSES",
-    "READINGS",
     "TURN_WARMUP_SHARE",
     "TURN_WINDOWS",
     "TURN_WINDOW_SHARE",
@@ -52,7 +48,6 @@ __all__ = [
     "Bounds",
     "BoundsLeft",
     "ExplorePlan",
-    "WorkerHang",
     "WorkerRange",
     "compute_key",
     "get_backend",
