@@ -188,39 +188,55 @@ def plan_placement(
     if ranks is not None and (isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1):
         raise ConfigError(f"ranks is {ranks!r}; expected a whole number >= 1.")
     if device_type not in (None, "cuda", "cpu"):
-        if (ranks or 1) > 1 or parse_spec(gpus):
-            raise ConfigError(
-                f"device is {device!r}; several ranks and gpus apply to CUDA GPUs and CPUs only."
-            )
-        return Placement(
-            device_type=str(device_type), ranks=1, cpu_sets=(tuple(cpus),), device=device
-        )
+        return _other_device(str(device), gpus, ranks, cpus)
     selected = _select(device, device_type, gpus, discovery)
-    if selected:
-        if ranks is not None and ranks != len(selected):
-            raise ConfigError(
-                f"ranks is {ranks}, but {len(selected)} GPU(s) are selected; on GPUs each rank "
-                "has its own GPU. Select GPUs with gpus (e.g. '0,1') instead."
-            )
-        count = len(selected)
-    else:
-        count = ranks or 1
+    count = _rank_count(selected, ranks)
     if usable < count:
         raise ConfigError(
             f"{count} ranks need a CPU each at least, but this process may use {usable}."
         )
     near = [g.cpu_affinity for g in selected] if selected else [None] * count
-    cpu_sets = split_cpus(cpus, usable=usable, near=near, topology=topology)
     visible = None
     if selected and (discovery.visible_env is not None or len(selected) < len(discovery.gpus)):
         visible = ",".join(g.token for g in selected)
     return Placement(
         device_type="cuda" if selected else "cpu",
         ranks=count,
-        cpu_sets=cpu_sets,
+        cpu_sets=split_cpus(cpus, usable=usable, near=near, topology=topology),
         gpus=selected,
         visible=visible,
     )
+
+
+def _other_device(device: str, gpus: GpuSpec, ranks: int | None, cpus: Sequence[int]) -> Placement:
+    """One rank on a device other than CUDA GPUs and CPUs ("mps"), with every CPU.
+
+    Raises:
+        ConfigError: several ranks, or GPUs selected, for it.
+    """
+    if (ranks or 1) > 1 or parse_spec(gpus):
+        raise ConfigError(
+            f"device is {device!r}; several ranks and gpus apply to CUDA GPUs and CPUs only."
+        )
+    return Placement(
+        device_type=device.split(":")[0], ranks=1, cpu_sets=(tuple(cpus),), device=device
+    )
+
+
+def _rank_count(selected: Sequence[Gpu], ranks: int | None) -> int:
+    """The ranks of the node: one per selected GPU, else as asked (default 1).
+
+    Raises:
+        ConfigError: ranks asked that differ from the GPUs selected.
+    """
+    if not selected:
+        return ranks or 1
+    if ranks is not None and ranks != len(selected):
+        raise ConfigError(
+            f"ranks is {ranks}, but {len(selected)} GPU(s) are selected; on GPUs each rank "
+            "has its own GPU. Select GPUs with gpus (e.g. '0,1') instead."
+        )
+    return len(selected)
 
 
 def split_cpus(
