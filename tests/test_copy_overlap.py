@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from autotune.probe import Figures, _measure
-from autotune.probe._measure import SoloPace, measure
+from autotune.probe._measure import SoloPace, Steps, measure
 from autotune.probe._timing import EventCopyTimer, outside
 
 
@@ -80,13 +80,9 @@ def figures_of(
         SoloPace(
             warmup_seconds=0.05, window_seconds=0.3, send=events.append, stop=threading.Event()
         ),
-        next_batch=next_batch,
-        copy=to_device,
-        work=step,
-        echo=1,
+        Steps(next_batch=next_batch, copy=to_device, work=step, echo=1, timer=device.timer()),
         max_windows=2,
         device=torch.device("hpu"),
-        timer=device.timer(),
     )
     return Figures(windows=tuple(w for kind, w in events if kind == "window"))
 

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from autotune.probe import _measure
-from autotune.probe._measure import SoloPace, Tally, Warmth, measure
+from autotune.probe._measure import SoloPace, Steps, Tally, Warmth, measure
+from autotune.probe._timing import copy_timer
 
 SAMPLES = 4
 """Samples in every batch."""
@@ -34,15 +35,14 @@ class FakeClock:
         """samples/s of each of ``windows`` windows of :func:`measure` over ``batches``."""
         events: list[tuple[str, object]] = []
         solo = SoloPace(send=events.append, stop=threading.Event(), **pace)  # type: ignore[arg-type]
-        measure(
-            solo,
+        steps = Steps(
             next_batch=lambda: (next(batches), SAMPLES),
             copy=lambda batch: batch,
             work=self.train,
             echo=1,
-            max_windows=windows,
-            device=torch.device("cpu"),
+            timer=copy_timer(torch.device("cpu")),
         )
+        measure(solo, steps, max_windows=windows, device=torch.device("cpu"))
         return [w.samples_per_s for kind, w in events if kind == "window"]  # type: ignore[attr-defined]
 
 

@@ -13,7 +13,8 @@ import workloads
 from faults import probe_request
 
 from autotune.probe import _measure, run_probe
-from autotune.probe._measure import Heartbeat, SoloPace, measure
+from autotune.probe._measure import Heartbeat, SoloPace, Steps, measure
+from autotune.probe._timing import copy_timer
 from autotune.settings._settings import Settings
 
 
@@ -61,16 +62,15 @@ def test_the_loop_beats_after_every_step_of_the_warm_up_and_the_windows(monkeypa
         stop=threading.Event(),
         queued=8,
     )
-    measure(
-        pace,
+    steps = Steps(
         next_batch=lambda: (torch.zeros(1), 1),
         copy=lambda batch: batch,
         work=work,
         echo=1,
-        max_windows=1,
-        device=torch.device("cpu"),
+        timer=copy_timer(torch.device("cpu")),
         beat=lambda: beats.append(now[0]),
     )
+    measure(pace, steps, max_windows=1, device=torch.device("cpu"))
     # 9 warm-up steps and 2 measured ones, each followed by a beat.
     assert beats == [float(step) for step in range(1, 12)]
     assert [kind for kind, _ in events] == ["ready", "window"]

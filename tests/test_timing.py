@@ -18,7 +18,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from autotune.probe import Figures, ProbeRequest, Window, WorkloadSource, run_probe
 from autotune.probe._build import BatchStream, sampler_counts
-from autotune.probe._measure import SoloPace, measure
+from autotune.probe._measure import SoloPace, Steps, measure
 from autotune.probe._timing import (
     EventCopyTimer,
     HostCopyTimer,
@@ -102,16 +102,14 @@ def measured(device: torch.device, *, next_batch, copy, work, timer=None) -> Fig
     pace = SoloPace(
         warmup_seconds=0.05, window_seconds=0.3, send=events.append, stop=threading.Event()
     )
-    measure(
-        pace,
+    steps = Steps(
         next_batch=next_batch,
         copy=copy,
         work=work,
         echo=1,
-        max_windows=WINDOWS,
-        device=device,
-        timer=timer,
+        timer=timer or copy_timer(device),
     )
+    measure(pace, steps, max_windows=WINDOWS, device=device)
     windows = tuple(payload for kind, payload in events if kind == "window")
     assert len(windows) == WINDOWS
     return Figures(windows=windows)

@@ -95,22 +95,12 @@ PIECES = ("plainloop", "plainstep", "noseed")
 """Pieces of the probe process that ``probe-bare+PIECE`` replaces (see the module docstring)."""
 
 
-def _plain_timing(
-    pace: Any,
-    *,
-    next_batch: Callable[[], tuple[Any, int]],
-    copy: Callable[[Any], Any],
-    work: Callable[[Any], None],
-    echo: int,
-    max_windows: int,
-    device: Any,
-    timer: Any = None,
-    beat: Any = None,
-) -> None:
+def _plain_timing(pace: Any, steps: Any, *, max_windows: int, device: Any) -> None:
     """The probe's measuring loop replaced by the plain loop's: ``_checker.timed_loop``
     over the probe's batches and training step, as long as the probe's windows, its
     figure sent as one ``("rate", samples/s)`` event. The copy to the device is the plain
-    loop's own (``copy``, ``timer`` and ``beat`` go unused: the signature is ``measure``'s)."""
+    loop's own (the steps' ``copy``, ``timer`` and ``beat`` go unused: the signature is
+    ``measure``'s)."""
     plan = _checker.Plan(
         config="",
         settings={},
@@ -119,14 +109,14 @@ def _plain_timing(
     )
 
     def train(batch: Any) -> None:
-        for _ in range(echo):
-            work(batch)
+        for _ in range(steps.echo):
+            steps.work(batch)
 
     # The plain loop counts a batch's samples from its tensors, else as a full batch:
     # the first batch's count from the sampler stands for that full batch.
-    first, full = next_batch()
+    first, full = steps.next_batch()
     rate = _checker.timed_loop(
-        itertools.chain([first], (next_batch()[0] for _ in itertools.count())),
+        itertools.chain([first], (steps.next_batch()[0] for _ in itertools.count())),
         train,
         plan,
         device=device,

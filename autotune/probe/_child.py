@@ -63,7 +63,7 @@ from autotune.probe._train import (
     describe_batch,
     to_device,
 )
-from autotune.probe._turns import Turn, measure_turns
+from autotune.probe._turns import Turn, TurnSetup, measure_turns
 from autotune.settings import build_loader, fix_allocator, is_iterable_dataset
 from autotune.workload import Workload
 
@@ -114,14 +114,20 @@ def _watchdog(control: Connection, stop: threading.Event) -> None:
 
 
 def _run(request: ProbeRequest, send: Send, stop: threading.Event) -> None:
+    """The request's run: DDP ranks, configs in turns, or one config alone."""
     # The whole probe, its ranks and workers, under the allocator rule of the tuned loader.
     fix_allocator()
     if request.mode == "ddp":
         run_ranks(request, send, stop)
-        return
-    if request.turns:
+    elif request.turns:
         _run_turns(request, send, stop)
-        return
+    else:
+        _run_alone(request, send, stop)
+
+
+def _run_alone(request: ProbeRequest, send: Send, stop: threading.Event) -> None:
+    """One config in the request's mode: its loader alone ("data"), the model on batches
+    held in memory ("compute"), what a check learns ("check"), or training."""
     settings = request.settings
     seed(request.seed)
     apply_threads(settings.threads, request.cpus)
@@ -130,17 +136,7 @@ def _run(request: ProbeRequest, send: Send, stop: threading.Event) -> None:
     device = torch.device(request.device)
     dataset = make_dataset(workload)
     stream = _stream(request, workload, dataset, send)
-    non_blocking = settings.pin_memory and device.type == "cuda"
-    pace = SoloPace(
-        warmup_seconds=request.warmup_seconds,
-        window_seconds=request.window_seconds,
-        send=send,
-        stop=stop,
-        # Compute mode trains on held batches: no workers, no bursts.
-        queued=0 if request.mode == "compute" else settings.batches_ahead,
-        turn=1 if request.mode == "compute" else max(settings.num_workers, 1),
-        steady=steady_share(request),
-    )
+    pace = _solo_pace(request, send, stop)
 
     def run(
         next_batch: Callable[[], tuple[Any, int]],
@@ -148,20 +144,17 @@ def _run(request: ProbeRequest, send: Send, stop: threading.Event) -> None:
         work: Callable[[Any], None],
         echo: int,
     ) -> None:
-        measure(
-            pace,
+        steps = Steps(
             next_batch=next_batch,
             copy=copy,
             work=work,
             echo=echo,
-            max_windows=request.max_windows,
-            device=device,
+            timer=copy_timer(device),
             beat=Heartbeat(send, beat_seconds(request.stall_timeout)),
         )
+        measure(pace, steps, max_windows=request.max_windows, device=device)
 
-    def to_this_device(batch: Any) -> Any:
-        return to_device(batch, device, non_blocking)
-
+    to_this_device = _copier(device, settings.pin_memory and device.type == "cuda")
     if request.mode == "data":
         run(stream.next, to_this_device, lambda batch: None, 1)
         return
@@ -177,6 +170,22 @@ def _run(request: ProbeRequest, send: Send, stop: threading.Event) -> None:
         run(lambda: next(cycle), lambda batch: batch, trainer.step, 1)
         return
     run(stream.next, to_this_device, trainer.step, settings.echo)
+
+
+def _solo_pace(request: ProbeRequest, send: Send, stop: threading.Event) -> SoloPace:
+    """The pace of a probe alone: the request's warm-up and window lengths, its steady
+    rule, and its loader's bursts (none in compute mode, which trains on held batches)."""
+    settings = request.settings
+    compute = request.mode == "compute"
+    return SoloPace(
+        warmup_seconds=request.warmup_seconds,
+        window_seconds=request.window_seconds,
+        send=send,
+        stop=stop,
+        queued=0 if compute else settings.batches_ahead,
+        turn=1 if compute else max(settings.num_workers, 1),
+        steady=steady_share(request),
+    )
 
 
 def _run_turns(request: ProbeRequest, send: Send, stop: threading.Event) -> None:
@@ -224,9 +233,7 @@ def _run_turns(request: ProbeRequest, send: Send, stop: threading.Event) -> None
                 close=stream.close,
             )
         )
-    measure_turns(
-        turns,
-        passes=request.max_windows,
+    setup = TurnSetup(
         window_seconds=request.window_seconds,
         warmup_seconds=request.warmup_seconds,
         trainer=trainer,
@@ -235,6 +242,7 @@ def _run_turns(request: ProbeRequest, send: Send, stop: threading.Event) -> None
         send=send,
         stop=stop,
     )
+    measure_turns(turns, setup, passes=request.max_windows)
 
 
 def _copier(device: torch.device, non_blocking: bool) -> Callable[[Any], Any]:

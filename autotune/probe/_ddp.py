@@ -49,9 +49,17 @@ from autotune.probe._build import (
     workers_sender,
 )
 from autotune.probe._failure import ReportedFailure, classify, describe_exit
-from autotune.probe._measure import Heartbeat, Send, Tally, Warmth, beat_seconds, measure
+from autotune.probe._measure import (
+    Heartbeat,
+    Send,
+    Steps,
+    Tally,
+    Warmth,
+    beat_seconds,
+    measure,
+)
 from autotune.probe._protocol import DdpSpec, Failure, ProbeRequest, Window
-from autotune.probe._timing import synchronize
+from autotune.probe._timing import copy_timer, synchronize
 from autotune.probe._train import PieceError, Trainer, to_device
 from autotune.settings import build_loader
 
@@ -226,17 +234,19 @@ def _train(request: ProbeRequest, rank: int, link: Connection, halt: Any) -> Non
     )
     trainer = Trainer(workload, ddp_model, device, settings.amp)
     non_blocking = settings.pin_memory and device.type == "cuda"
-    measure(
-        AgreedPace(request, rank, link, halt, control, device),
+    pace = AgreedPace(request, rank, link, halt, control, device)
+    steps = Steps(
         next_batch=stream.next,
         copy=lambda batch: to_device(batch, device, non_blocking),
         work=trainer.step,
         echo=settings.echo,
-        max_windows=request.max_windows,
-        device=device,
+        timer=copy_timer(device),
         # Rank 0's events reach the search; the ranks step together.
-        beat=Heartbeat(link.send, beat_seconds(request.stall_timeout)) if rank == 0 else None,
+        beat=(
+            Heartbeat(link.send, beat_seconds(request.stall_timeout)) if rank == 0 else lambda: None
+        ),
     )
+    measure(pace, steps, max_windows=request.max_windows, device=device)
 
 
 def _gather(values: list[float], group: Any) -> list[list[float]]:

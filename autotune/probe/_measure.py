@@ -8,6 +8,27 @@ pace, which decides when the warm-up and each window end:
 - ``AgreedPace`` (in :mod:`autotune.probe._ddp`), DDP ranks: every rank must take
   the same steps, or one waits forever in an all-reduce, so the ranks agree on the
   steps of each window at its edges, and add up their figures there.
+
+How a window is timed, the same for every AMP mode:
+
+- its time is wall time between two synchronised edges: the device is synchronised
+  at the warm-up's end and at every window's end, so the device work a window
+  queued is inside it, whether the host ran ahead of the device or not;
+- no sync is added inside a window for one mode and not another. fp16's GradScaler
+  waits for the device in every step (``scaler.step`` reads its inf check) and
+  bf16 does not; that wait is what fp16 costs in training too, so it stays in the
+  step's time, counted neither as waiting for data nor as copying;
+- waiting for data is the host's time blocked in ``next_batch`` alone. Where the host
+  runs ahead of the device (bf16, AMP off), part of that wait overlaps queued device
+  work: the device idles at most that share of the window;
+- the copy to the device is timed apart by the steps' ``timer``: CUDA events on CUDA
+  (the copy's own device time, without a sync), a synchronize on either side of it on
+  another accelerator (a sync per step, for every mode alike), the host's clock on
+  the CPU, where it is a no-op. A copy queued without blocking (pinned memory) may
+  run while the host waits for the next batch: that part is counted in the wait
+  alone, so the wait and the copy never add up past the window;
+- on CUDA the events also time the device's busy span of each batch, from its copy
+  to the end of its steps (``Window.device_seconds``).
 """
 
 from __future__ import annotations
@@ -23,7 +44,7 @@ import torch
 
 from autotune.probe._protocol import Window
 from autotune.probe._steady import ends_steady
-from autotune.probe._timing import CopyTimer, Span, copy_timer, synchronize
+from autotune.probe._timing import CopyTimer, Span, synchronize
 
 Send = Callable[[tuple[str, Any]], None]
 """Sends one event of the probe protocol (see :mod:`autotune.probe._child`)."""
@@ -215,7 +236,8 @@ class Steps:
     echo: int
     """Times each batch is trained on (data echoing)."""
     timer: CopyTimer
-    """Times the copies of a window (see :mod:`autotune.probe._timing`)."""
+    """Times the copies of a window: :func:`autotune.probe._timing.copy_timer` of the
+    device the batches go to."""
     beat: Callable[[], None] = lambda: None
     """Called after every step, warm-up included (a :class:`Heartbeat`)."""
 
@@ -238,62 +260,17 @@ class Steps:
         self.beat()
 
 
-def measure(
-    pace: Pace,
-    *,
-    next_batch: Callable[[], tuple[Any, int]],
-    copy: Callable[[Any], Any],
-    work: Callable[[Any], None],
-    echo: int,
-    max_windows: int,
-    device: torch.device,
-    timer: CopyTimer | None = None,
-    beat: Callable[[], None] | None = None,
-) -> None:
-    """Start-up, warm-up, then up to ``max_windows`` windows, each reported as it ends.
-
-    How a window is timed, the same for every AMP mode:
-
-    - its time is wall time between two synchronised edges: the device is synchronised
-      at the warm-up's end and at every window's end, so the device work a window
-      queued is inside it, whether the host ran ahead of the device or not;
-    - no sync is added inside a window for one mode and not another. fp16's GradScaler
-      waits for the device in every step (``scaler.step`` reads its inf check) and
-      bf16 does not; that wait is what fp16 costs in training too, so it stays in the
-      step's time, counted neither as waiting for data nor as copying;
-    - waiting for data is the host's time blocked in ``next_batch`` alone. Where the host
-      runs ahead of the device (bf16, AMP off), part of that wait overlaps queued device
-      work: the device idles at most that share of the window;
-    - the copy to the device is timed apart by ``timer``: CUDA events on CUDA (the
-      copy's own device time, without a sync), a synchronize on either side of it on
-      another accelerator (a sync per step, for every mode alike), the host's clock on
-      the CPU, where it is a no-op. A copy queued without blocking (pinned memory) may
-      run while the host waits for the next batch: that part is counted in the wait
-      alone, so the wait and the copy never add up past the window;
-    - on CUDA the events also time the device's busy span of each batch, from its copy
-      to the end of its steps (``Window.device_seconds``).
+def measure(pace: Pace, steps: Steps, *, max_windows: int, device: torch.device) -> None:
+    """Start-up, warm-up, then up to ``max_windows`` windows of ``steps``, each reported
+    to ``pace`` as it ends (timed as the module's docstring says).
 
     Args:
         pace: when the warm-up and each window end, and where the figures go.
-        next_batch: the next batch from the loader, on the host, and its samples (counted
-            from the loader's sampler: see :class:`autotune.probe._build.BatchStream`).
-        copy: a batch moved to the device.
-        work: one training step on a batch on the device.
-        echo: times each batch is trained on (data echoing).
+        steps: what one step does; its ``next_batch`` counts samples from the loader's
+            sampler (see :class:`autotune.probe._build.BatchStream`).
         max_windows: windows to measure unless stopped.
         device: synchronised at the warm-up's end and at every window edge.
-        timer: times the copies; by default :func:`copy_timer` of ``device``.
-        beat: called after every step, warm-up included, to tell the search the probe is
-            alive (a :class:`Heartbeat`); None: nothing is told.
     """
-    steps = Steps(
-        next_batch=next_batch,
-        copy=copy,
-        work=work,
-        echo=echo,
-        timer=timer or copy_timer(device),
-        beat=beat or (lambda: None),
-    )
     clock = time.perf_counter
     start = clock()
     batch = steps.fetch()

@@ -71,18 +71,27 @@ class Turn:
     failed: bool = False
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TurnSetup:
+    """What every turn of a probe measured in turns runs under."""
+
+    window_seconds: float
+    """A window's least length (it ends on a whole turn of the config's workers)."""
+    warmup_seconds: float
+    """A config's warm-up at its first turn."""
+    trainer: Trainer | None
+    """Trains each config's steps under its precision; None: the configs load only (the
+    loader alone)."""
+    default_threads: int
+    """torch's threads for a config that sets none."""
+    device: torch.device
+    send: Send
+    stop: threading.Event
+    """Set: the search stopped the probe (obeyed at the next step)."""
+
+
 def measure_turns(
-    turns: Sequence[Turn],
-    *,
-    passes: int,
-    window_seconds: float,
-    warmup_seconds: float,
-    trainer: Trainer | None,
-    default_threads: int,
-    device: torch.device,
-    send: Send,
-    stop: threading.Event,
-    paused: Paused | None = None,
+    turns: Sequence[Turn], setup: TurnSetup, *, passes: int, paused: Paused | None = None
 ) -> None:
     """Measure ``passes`` windows of each of ``turns`` in turns, sending the start of
     each turn as ``("turn_start", index)``, each window as ``("turn", (index, Window))``
@@ -90,9 +99,6 @@ def measure_turns(
     failure as ``("turn_error", (index, Failure))``.
 
     Args:
-        trainer: trains each config's steps under its precision; None: the configs load
-            only (the loader alone).
-        default_threads: torch's threads for a config that sets none.
         paused: stops each config's workers between its turns (a :class:`Paused` of this
             process's children by default).
     """
@@ -101,70 +107,52 @@ def measure_turns(
         for number in range(passes):
             order = list(turns) if number % 2 == 0 else list(turns)[::-1]
             for turn in order:
-                if stop.is_set():
+                if setup.stop.is_set():
                     return
                 if turn.failed:
                     continue
                 paused.resume(turn.index)
-                send(("turn_start", turn.index))
+                setup.send(("turn_start", turn.index))
                 try:
-                    window = _one_turn(
-                        turn,
-                        window_seconds=window_seconds,
-                        warmup_seconds=warmup_seconds,
-                        trainer=trainer,
-                        default_threads=default_threads,
-                        device=device,
-                        send=send,
-                        stop=stop,
-                    )
+                    window = _one_turn(turn, setup)
                 except PieceError as error:
-                    _fail(turn, classify(error.error, error.piece), send, device)
+                    _fail(turn, classify(error.error, error.piece), setup.send, setup.device)
                     continue
                 except Exception as error:  # this config's own failure: the others go on
-                    _fail(turn, classify(error, None), send, device)
+                    _fail(turn, classify(error, None), setup.send, setup.device)
                     continue
                 finally:
                     paused.pause(turn.index)
                 if window is None:  # stopped
                     return
-                send(("turn", (turn.index, window)))
+                setup.send(("turn", (turn.index, window)))
     finally:
         paused.resume_all()
 
 
-def _one_turn(
-    turn: Turn,
-    *,
-    window_seconds: float,
-    warmup_seconds: float,
-    trainer: Trainer | None,
-    default_threads: int,
-    device: torch.device,
-    send: Send,
-    stop: threading.Event,
-) -> Window | None:
+def _one_turn(turn: Turn, setup: TurnSetup) -> Window | None:
     """One turn of ``turn``'s config: its threads and precision, its start or its warm-up
     again, then one window; None when stopped."""
-    torch.set_num_threads(turn.settings.threads or default_threads)
-    if trainer is not None:
-        trainer.use_amp(turn.settings.amp)
+    torch.set_num_threads(turn.settings.threads or setup.default_threads)
+    if setup.trainer is not None:
+        setup.trainer.use_amp(turn.settings.amp)
+    stop = setup.stop
     if not turn.started:
         began = time.perf_counter()
         batch = turn.steps.fetch()
-        send(("turn_ready", (turn.index, time.perf_counter() - began)))
+        setup.send(("turn_ready", (turn.index, time.perf_counter() - began)))
         turn.started = True
-        _warm(turn, batch, least_s=warmup_seconds, beyond_queued=True, stop=stop)
+        _warm(turn, batch, least_s=setup.warmup_seconds, beyond_queued=True, stop=stop)
     else:
         _warm(turn, None, least_s=REWARM_SECONDS, beyond_queued=False, stop=stop)
     if stop.is_set():
         return None
-    synchronize(device)
+    synchronize(setup.device)
 
     def full(tally: Tally, elapsed: float) -> bool:
-        return elapsed >= window_seconds and tally.batches % turn.turn == 0
+        return elapsed >= setup.window_seconds and tally.batches % turn.turn == 0
 
-    measured = one_window(turn.steps, device, full=full, stopped=stop.is_set)
+    measured = one_window(turn.steps, setup.device, full=full, stopped=stop.is_set)
     if measured is None:
         return None
     tally, seconds = measured
