@@ -5,9 +5,6 @@ from __future__ import annotations
 
 from autotune.explore._backend import Backend, ExplorePlan
 from autotune.explore._bounds import (
-    TURN_WARMUP_SHARE,
-    TURN_WINDOW_SHARE,
-    TURN_WINDOWS,
     Bounds,
     BoundsLeft,
     compute_key,
@@ -41,9 +38,6 @@ def get_backend(name: str) -> Backend:
 
 __all__ = [
     "PASSES",
-    "TURN_WARMUP_SHARE",
-    "TURN_WINDOWS",
-    "TURN_WINDOW_SHARE",
     "Backend",
     "Bounds",
     "BoundsLeft",

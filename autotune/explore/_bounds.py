@@ -150,6 +150,22 @@ class BoundsLeft:
     readings: int = 0
     passes: int = 0
 
+    def seconds(
+        self,
+        *,
+        start_s: float,
+        step_s: float,
+        hold_s: float,
+        warmup_seconds: float,
+        window_seconds: float,
+    ) -> float:
+        """The time these take: each pass a probe's start and ``hold_s`` to hold its
+        batches in memory, each reading a shortened warm-up and :data:`TURN_WINDOWS`
+        shortened windows (as :func:`bounds_request` asks for), none shorter than a step."""
+        window = max(window_seconds * TURN_WINDOW_SHARE, step_s)
+        warmup = max(warmup_seconds * TURN_WARMUP_SHARE, step_s)
+        return self.passes * (start_s + hold_s) + self.readings * (warmup + TURN_WINDOWS * window)
+
 
 def readings_left(space: Space, study: optuna.Study | None = None) -> BoundsLeft:
     """What :func:`measure_bounds` would measure for ``space`` into ``study`` (None: a new

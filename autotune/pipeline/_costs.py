@@ -12,9 +12,6 @@ from autotune._stages import Stage
 from autotune.decide import RUNOFF, most_finalists, most_in_runoff, planned_probes, round_length
 from autotune.explore import (
     PASSES,
-    TURN_WARMUP_SHARE,
-    TURN_WINDOW_SHARE,
-    TURN_WINDOWS,
     BoundsLeft,
 )
 from autotune.probe import REWARM_SECONDS, reference_windows
@@ -65,13 +62,14 @@ class ProbeCost:
         return self.start_s + configs * (self.warmup_s + self.window_s + (passes - 1) * later)
 
     def bounds(self, left: BoundsLeft, options: SearchOptions) -> float:
-        """The bounds' passes still to measure: each pass a start and its held batches,
-        each reading a short warm-up and :data:`~autotune.explore.TURN_WINDOWS` short
-        windows."""
-        window = max(options.window_seconds * TURN_WINDOW_SHARE, self.step_s)
-        warmup = max(options.warmup_seconds * TURN_WARMUP_SHARE, self.step_s)
-        return left.passes * (self.start_s + HOLD_S) + left.readings * (
-            warmup + TURN_WINDOWS * window
+        """The bounds' passes still to measure (:meth:`BoundsLeft.seconds`), at this probe
+        start and step."""
+        return left.seconds(
+            start_s=self.start_s,
+            step_s=self.step_s,
+            hold_s=HOLD_S,
+            warmup_seconds=options.warmup_seconds,
+            window_seconds=options.window_seconds,
         )
 
 
