@@ -23,6 +23,8 @@ from optuna.trial import TrialState
 
 from autotune.study import BACKEND, META, OWNER
 
+pytestmark = pytest.mark.scaleout
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 QUICK_FLAGS = "--window-seconds 0.1 --max-windows 3 --rounds 1"

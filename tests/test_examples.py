@@ -32,6 +32,7 @@ def test_example_runs(path: Path, workdir: Path) -> None:
     assert (workdir / "studies" / f"{path.stem}.db").exists()
 
 
+@pytest.mark.scaleout
 @pytest.mark.parametrize("path", PROGRAMS, ids=lambda p: p.name)
 def test_example_program_runs(path: Path, workdir: Path) -> None:
     needed = NEEDS.get(path.name)

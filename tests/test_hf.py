@@ -23,7 +23,9 @@ from tuned import tuned_result
 
 import autotune
 from autotune.integrations import hf
-from autotune.probe import _runner
+from autotune.probe import _forkserver
+
+pytestmark = pytest.mark.scaleout
 
 
 def arguments(tmp_path: Path, **overrides: Any) -> TrainingArguments:
@@ -226,7 +228,7 @@ def test_a_search_of_a_trainer(tmp_path: Path) -> None:
     options = quick(trials=2, max_windows=2, finalists=1, trial_timeout=60.0, seed=0)
     result = hf.search_config_from_trainer(trainer, study=str(study), **options)
     assert result.samples_per_s > 0
-    assert "transformers.models.bert.modeling_bert" in _runner._preload  # once, not per probe
+    assert "transformers.models.bert.modeling_bert" in _forkserver._preload  # once, not per probe
     assert result.user_batch == 8
     assert result.study_path == str(study)
     assert autotune.load(study).settings == result.settings

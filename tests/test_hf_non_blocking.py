@@ -18,6 +18,8 @@ from tuned import tuned_result
 
 from autotune.integrations import hf
 
+pytestmark = pytest.mark.scaleout
+
 
 def arguments(tmp_path: Path, **overrides: Any) -> TrainingArguments:
     return TrainingArguments(

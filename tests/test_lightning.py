@@ -19,11 +19,14 @@ from tuned import tuned_result
 
 import autotune
 from autotune.integrations import lightning
-from autotune.probe import _runner
+from autotune.probe import _forkserver
 from autotune.settings._worker_threads import WorkerThreads
 
 # pytorch_lightning's own use of a torch API that torch 2.13 deprecates.
-pytestmark = pytest.mark.filterwarnings(r"ignore:`isinstance\(treespec, LeafSpec\)`:FutureWarning")
+pytestmark = [
+    pytest.mark.scaleout,
+    pytest.mark.filterwarnings(r"ignore:`isinstance\(treespec, LeafSpec\)`:FutureWarning"),
+]
 
 
 class Regression(pl.LightningModule):
@@ -131,7 +134,7 @@ def test_the_tuned_loader_reads_exported_settings(tmp_path: Path) -> None:
 
 
 def test_probes_import_lightning_once_in_their_fork_server() -> None:
-    assert "pytorch_lightning" in _runner._preload
+    assert "pytorch_lightning" in _forkserver._preload
 
 
 def test_without_lightning_the_import_says_what_to_install(

@@ -42,6 +42,8 @@ from autotune.settings import Settings
 from autotune.space import build_space
 from autotune.study import ROLE, locate, open_study
 
+pytestmark = pytest.mark.scaleout
+
 GPU_NODE = {"CPU": 64.0, "GPU": 8.0}
 CPU_HEAD = {"CPU": 16.0}
 SMALL_GPU_NODE = {"CPU": 48.0, "GPU": 4.0}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import optuna
+import pytest
 import workloads
 from conftest import CHILD_PYTHONPATH, quick
 from messages import Messages
@@ -12,6 +13,8 @@ from ray.cluster_utils import Cluster
 
 import autotune
 from autotune.study import BACKEND, NODE
+
+pytestmark = pytest.mark.scaleout
 
 
 def test_a_search_joins_a_cluster_by_address_and_runs_trials_on_every_node(workdir) -> None:

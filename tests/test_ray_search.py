@@ -28,6 +28,8 @@ from autotune.study import BACKEND, FIGURES, GROUP, NODE, TrialRecord, records
 
 CONFIG = """
 from workloads import linear_model, sleepy_dataset
+
+pytestmark = pytest.mark.scaleout
 dataset = sleepy_dataset
 model = linear_model
 batch_size = 8
