@@ -216,9 +216,9 @@ def test_a_worker_that_left_half_made_batch_files_ran_out_of_shared_memory(
 ) -> None:
     """A worker that could not allocate a batch in /dev/shm may hang the loader or die
     without saying why; the batch file it left half-made says it, and goes."""
-    from autotune.probe import _runner
+    from autotune.probe import _shm
 
-    monkeypatch.setattr(_runner, "_SHM_DIR", tmp_path)
+    monkeypatch.setattr(_shm, "_SHM_DIR", tmp_path)
     dataset = workloads.HalfMadeShmDataset(str(tmp_path), then, allocated=allocated)
     settings = Settings(batch_size=4, num_workers=1, prefetch_factor=1)
     # A hang needs the stall timeout to end; a dead worker is reported by torch as soon as
@@ -238,7 +238,7 @@ def test_a_worker_that_left_half_made_batch_files_ran_out_of_shared_memory(
 def test_the_memory_watch_reads_proportional_sizes_only_when_due_or_over_the_limit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from autotune.probe import _runner
+    from autotune.probe import _memory_watch
 
     reads = {"rss": 0, "pss": 0}
     sizes = {"rss": 100, "pss": 60}
@@ -251,10 +251,10 @@ def test_the_memory_watch_reads_proportional_sizes_only_when_due_or_over_the_lim
         reads["pss"] += 1
         return sizes["pss"]
 
-    monkeypatch.setattr(_runner, "_resident", resident)
-    monkeypatch.setattr(_runner, "_memory_of", proportional)
+    monkeypatch.setattr(_memory_watch, "_resident", resident)
+    monkeypatch.setattr(_memory_watch, "_memory_of", proportional)
     clock = FakeTime()
-    watch = _runner.TreeWatch(os.getpid(), limit=5_000, interval=3600, clock=clock)
+    watch = _memory_watch.TreeWatch(os.getpid(), limit=5_000, interval=3600, clock=clock)
     try:
         tree = len(watch._processes())  # this process and its children (pytest's own)
         reads["rss"] = reads["pss"] = 0
@@ -264,7 +264,7 @@ def test_the_memory_watch_reads_proportional_sizes_only_when_due_or_over_the_lim
             clock.t += 0.2
             assert watch.sample() == 100 * tree
         assert reads["pss"] == tree and reads["rss"] == 5 * tree
-        clock.t += _runner.PSS_SECONDS  # the peak is due again
+        clock.t += _memory_watch.PSS_SECONDS  # the peak is due again
         watch.sample()
         assert reads["pss"] == 2 * tree
         sizes["rss"], sizes["pss"] = 10_000, 9_000  # over the limit: read at once
@@ -280,7 +280,7 @@ def test_the_memory_watch_spaces_out_reads_that_cost_more_than_their_share(
 ) -> None:
     # Each proportional read takes 50 ms of the clock per process (a tree of many workers
     # takes that in all): the peak's reads are spaced out beyond PSS_SECONDS.
-    from autotune.probe import _runner
+    from autotune.probe import _memory_watch
 
     clock = FakeTime()
     reads: list[float] = []
@@ -291,17 +291,17 @@ def test_the_memory_watch_spaces_out_reads_that_cost_more_than_their_share(
         clock.t += 0.05
         return sizes["pss"]
 
-    monkeypatch.setattr(_runner, "_resident", lambda process: sizes["rss"])
-    monkeypatch.setattr(_runner, "_memory_of", proportional)
-    watch = _runner.TreeWatch(os.getpid(), limit=5_000, interval=3600, clock=clock)
+    monkeypatch.setattr(_memory_watch, "_resident", lambda process: sizes["rss"])
+    monkeypatch.setattr(_memory_watch, "_memory_of", proportional)
+    watch = _memory_watch.TreeWatch(os.getpid(), limit=5_000, interval=3600, clock=clock)
     try:
         tree = len(watch._processes())
         reads.clear()
         watch.sample()
         cost = 0.05 * tree
         assert len(reads) == tree
-        spacing = cost / _runner.PEAK_SHARE
-        assert spacing > _runner.PSS_SECONDS
+        spacing = cost / _memory_watch.PEAK_SHARE
+        assert spacing > _memory_watch.PSS_SECONDS
         clock.t = spacing * 0.99  # not yet: the read would take more than its share
         watch.sample()
         assert len(reads) == tree
@@ -313,10 +313,10 @@ def test_the_memory_watch_spaces_out_reads_that_cost_more_than_their_share(
         # Over the limit by the resident sum: read again after cost / LIMIT_SHARE, sooner.
         sizes["rss"] = 10_000
         last = reads[-tree]  # when the last read began
-        clock.t = last + cost / _runner.LIMIT_SHARE * 0.99
+        clock.t = last + cost / _memory_watch.LIMIT_SHARE * 0.99
         watch.sample()
         assert len(reads) == 3 * tree
-        clock.t = last + cost / _runner.LIMIT_SHARE * 1.01
+        clock.t = last + cost / _memory_watch.LIMIT_SHARE * 1.01
         assert clock.t < last + spacing  # sooner than the peak's spacing
         watch.sample()
         assert len(reads) == 4 * tree

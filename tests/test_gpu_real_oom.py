@@ -135,12 +135,12 @@ def test_a_preloaded_module_that_queries_cuda_leaves_the_probes_usable(tmp_path)
         """
         import json, pickle, warnings
         import gpu_workloads
-        from autotune.probe import ProbeRequest, WorkloadSource, run_probe, _runner
+        from autotune.probe import ProbeRequest, WorkloadSource, run_probe, _forkserver
         from autotune.settings._settings import Settings
         from autotune.workload._workload import Workload
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            _runner.preload_in_probes(["queries_cuda"])
+            _forkserver.preload_in_probes(["queries_cuda"])
         workload = Workload(dataset=gpu_workloads.Features(length=512, width=256),
                             model=gpu_workloads.linear_model)
         result = run_probe(ProbeRequest(
@@ -149,7 +149,7 @@ def test_a_preloaded_module_that_queries_cuda_leaves_the_probes_usable(tmp_path)
             window_seconds=0.2, max_windows=2, warmup_seconds=0.1))
         print(json.dumps({
             "ok": result.ok, "failure": str(result.failure),
-            "preloaded": "queries_cuda" in _runner._preload,
+            "preloaded": "queries_cuda" in _forkserver._preload,
             "warned": [str(w.message) for w in caught],
         }))
         """,

@@ -16,7 +16,7 @@ import workloads
 from fake_nvml import FakeGpu
 
 from autotune.machine import Monitor, MonitorFigures
-from autotune.probe import Figures, ProbeRequest, WorkloadSource, _runner, run_probe
+from autotune.probe import Figures, ProbeRequest, WorkloadSource, _memory_watch, run_probe
 from autotune.settings import Settings
 from autotune.workload import Workload
 
@@ -131,7 +131,7 @@ def test_the_memory_watch_carries_on_when_a_process_ends_between_listing_and_rea
     monkeypatch,
 ) -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    watch = _runner.TreeWatch(os.getpid(), limit=None, interval=3600)
+    watch = _memory_watch.TreeWatch(os.getpid(), limit=None, interval=3600)
     try:
         listed = watch._processes(fresh=True)
         assert child.pid in {process.pid for process in listed}
@@ -158,7 +158,7 @@ def test_the_memory_watch_carries_on_when_a_read_meets_an_ended_process(
     monkeypatch.setattr(psutil.Process, "memory_info", fails)
     monkeypatch.setattr(psutil.Process, "memory_full_info", fails)
     monkeypatch.setattr(psutil.Process, "children", fails)
-    watch = _runner.TreeWatch(os.getpid(), limit=None, interval=3600)
+    watch = _memory_watch.TreeWatch(os.getpid(), limit=None, interval=3600)
     try:
         assert watch.sample(force=True) == 0
         watch.collect()
@@ -170,7 +170,7 @@ def test_the_memory_watch_carries_on_when_a_read_meets_an_ended_process(
 def test_a_memory_watch_of_a_process_already_gone_reads_nothing_and_keeps_its_pid() -> None:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
-    watch = _runner.TreeWatch(child.pid, limit=None, interval=3600)
+    watch = _memory_watch.TreeWatch(child.pid, limit=None, interval=3600)
     try:
         assert watch.sample(force=True) == 0
         assert watch.peak == 0

@@ -12,7 +12,7 @@ from typing import Any
 import psutil
 import pytest
 
-from autotune.probe import _runner
+from autotune.probe import _memory_watch
 
 _TREE = """
 import subprocess, sys, time
@@ -52,10 +52,10 @@ def test_the_kernels_lists_of_children_find_what_psutils_walk_finds(
     monkeypatch.setattr(psutil.Process, "children", machine_wide)
     monkeypatch.setattr(psutil, "process_iter", machine_wide)
     monkeypatch.setattr(psutil, "pids", machine_wide)
-    if not _runner._KERNEL_CHILDREN:
+    if not _memory_watch._KERNEL_CHILDREN:
         pytest.skip("this kernel keeps no per-thread lists of children")
-    assert {p.pid for p in _runner.descendants(root)} == expected
-    watch = _runner.TreeWatch(root.pid, limit=None, interval=3600)
+    assert {p.pid for p in _memory_watch.descendants(root)} == expected
+    watch = _memory_watch.TreeWatch(root.pid, limit=None, interval=3600)
     try:
         assert {p.pid for p in watch._processes(fresh=True)} == {root.pid, grandchild}
     finally:
@@ -66,5 +66,5 @@ def test_without_the_kernels_lists_the_watch_walks_with_psutil(
     tree: tuple[psutil.Process, int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root, grandchild = tree
-    monkeypatch.setattr(_runner, "_KERNEL_CHILDREN", False)
-    assert {p.pid for p in _runner.descendants(root)} == {grandchild}
+    monkeypatch.setattr(_memory_watch, "_KERNEL_CHILDREN", False)
+    assert {p.pid for p in _memory_watch.descendants(root)} == {grandchild}

@@ -124,11 +124,11 @@ def measure_in_forkserver(plan: dict[str, Any]) -> tuple[float, float]:
     fork server (this process's, started at its first use), under glibc's rule."""
     import os
 
-    from autotune.probe import _runner
+    from autotune.probe import _forkserver
 
     os.environ[SWITCH] = "0"  # before the fork server starts; measure() drops it
 
-    context: Any = _runner.probe_context()
+    context: Any = _forkserver.probe_context()
     receive, send = context.Pipe(duplex=False)
     child = context.Process(target=_forkserver_child, args=(json.dumps(plan), send))
     child.start()

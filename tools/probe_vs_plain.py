@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import autotune.probe._child as probe_child
 from autotune import Settings
-from autotune.probe import Figures, ProbeRequest, Window, _runner
+from autotune.probe import Figures, ProbeRequest, Window, _forkserver, _memory_watch, _runner
 from autotune.probe._child import child_main
 from benchmarks.agreement._side_by_side import probe_rate, probe_request
 from benchmarks.common import _checker
@@ -81,7 +81,7 @@ def _plain_child(plan: dict[str, Any], answer: Connection) -> None:
 
 
 def _plain_in_forkserver(plan: _checker.Plan) -> float:
-    context: Any = _runner.probe_context()
+    context: Any = _forkserver.probe_context()
     receive, send = context.Pipe(duplex=False)
     child = context.Process(target=_plain_child, args=(dataclasses.asdict(plan), send))
     child.start()
@@ -150,7 +150,7 @@ def _patched_child(
 def _bare_probe(request: ProbeRequest, pieces: frozenset[str] = frozenset()) -> float:
     """samples/s of a probe whose parent does nothing but read its events; ``pieces``
     of its process replaced (:data:`PIECES`)."""
-    context: Any = _runner.probe_context()
+    context: Any = _forkserver.probe_context()
     events, events_child = context.Pipe(duplex=False)
     control_child, control = context.Pipe(duplex=False)
     child = context.Process(
@@ -194,18 +194,18 @@ def variants(
     config: Path, settings: Settings, warmup: float, seconds: float
 ) -> dict[str, Callable[[], float]]:
     """Each way of timing ``settings``, by name."""
-    forkserver = _runner.probe_context()
-    real_watch = _runner.TreeWatch
+    forkserver = _forkserver.probe_context()
+    real_watch = _memory_watch.TreeWatch
 
     def probe(context: Any = forkserver, watch: Any = real_watch) -> Callable[[], float]:
         def run() -> float:
-            _runner._context, _runner.TreeWatch = context, watch  # type: ignore[misc]
+            _forkserver._context, _runner.TreeWatch = context, watch  # type: ignore[attr-defined]
             try:
                 return probe_rate(
                     config, settings, seconds=seconds, warmup=warmup, device="cpu", seed=0
                 )
             finally:
-                _runner._context, _runner.TreeWatch = forkserver, real_watch  # type: ignore[misc]
+                _forkserver._context, _runner.TreeWatch = forkserver, real_watch  # type: ignore[attr-defined]
 
         return run
 

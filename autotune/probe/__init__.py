@@ -1,6 +1,7 @@
 """The probe: one short real training run of one config, in its own process."""
 
 from autotune.probe._failure import on_device, shm_shortfall
+from autotune.probe._forkserver import preload_in_probes, start_probe_server
 from autotune.probe._placement import PLACEMENT, Placement, Slot, SlotPool, plan_placement
 from autotune.probe._protocol import (
     Failure,
@@ -13,13 +14,7 @@ from autotune.probe._protocol import (
     WorkloadSource,
     reference_windows,
 )
-from autotune.probe._runner import (
-    OnWindow,
-    preload_in_probes,
-    refuse_while_bootstrapping,
-    run_probe,
-    start_probe_server,
-)
+from autotune.probe._runner import OnWindow, refuse_while_bootstrapping, run_probe
 from autotune.probe._steady import STEADY_FROM, ends_steady, steady_share
 from autotune.probe._turns import REWARM_SECONDS
 

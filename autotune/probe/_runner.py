@@ -1,8 +1,8 @@
 """The search's side of a probe: start it, read its windows, watch it, end it.
 
-Probes start from a fork server that has torch imported already, so each one
-is a new, clean process (no CUDA state, no threads, no leaked workers from
-an earlier trial) that starts in milliseconds rather than seconds.
+Probes start from the fork server (:mod:`autotune.probe._forkserver`); the memory of
+each one's process tree is watched (:mod:`autotune.probe._memory_watch`), and what its
+processes left in /dev/shm is removed when it ends (:mod:`autotune.probe._shm`).
 """
 
 from __future__ import annotations
@@ -12,297 +12,28 @@ import dataclasses
 import multiprocessing
 import os
 import signal
-import threading
 import time
-from collections.abc import Callable, Iterable
-from multiprocessing.context import BaseContext
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
-
-import psutil
 
 from autotune._errors import ConfigError
 from autotune.machine import Monitor
 from autotune.probe._child import child_main
-from autotune.probe._failure import SHM_HINT, describe_exit, oom_kills
-from autotune.probe._preload import cuda_safe
+from autotune.probe._failure import describe_exit, oom_kills
+from autotune.probe._forkserver import probe_context
+from autotune.probe._memory_watch import TreeWatch
 from autotune.probe._protocol import Failure, Figures, ProbeRequest, ProbeResult, Window
+from autotune.probe._shm import SHM_MAY_EXPLAIN, out_of_shared_memory, remove_shared_memory
 
 OnWindow = Callable[[Window, Figures], bool]
 """Called with each window and the figures so far (every window, start-up, peak memory,
 the devices); returning False stops the probe (pruned)."""
 
 _GRACE_SECONDS = 5.0
-_SHM_DIR = Path("/dev/shm")
-_SHM_MAY_EXPLAIN = ("timeout", "worker", "crash")
 _TURNS_OWN = ("timeout", "crash")
 """Failures of a probe measuring configs in turns that belong to the config whose turn
 was under way: it hung or crashed the process in its own steps."""
-"""Failures that shared memory running out in a worker can cause without saying so."""
 _POLL_SECONDS = 0.1
-_context: BaseContext | None = None
-_preload = ["torch", "autotune.probe._server", "autotune.probe._child"]
-# torch._dynamo is imported by the first optimizer a probe builds: 2-3 s a probe unless
-# the fork server has it already (and it leaves CUDA alone, see _preload.cuda_safe).
-_PRELOAD_IF_SAFE = ("torch._dynamo",)
-
-
-def probe_context() -> BaseContext:
-    """The multiprocessing context probes start from (a fork server with torch loaded)."""
-    global _context
-    if _context is None:
-        context: BaseContext
-        if "forkserver" in multiprocessing.get_all_start_methods():
-            context = multiprocessing.get_context("forkserver")
-            _preload.extend(cuda_safe(_PRELOAD_IF_SAFE))
-            context.set_forkserver_preload(list(_preload))
-        else:
-            context = multiprocessing.get_context("spawn")
-        _context = context
-    return _context
-
-
-def start_probe_server() -> None:
-    """Start the fork server probes start from now, rather than at the first probe: it
-    imports torch once a search (seconds), which a search's estimate of what one probe
-    costs must not read as a probe's. Nothing to start where probes spawn."""
-    context = probe_context()
-    if context.get_start_method() == "forkserver":
-        # The server forks a process only once it has imported its preloads: one that
-        # does nothing (a builtin, so it unpickles without an import) waits for them.
-        process = context.Process(target=int, daemon=True)  # type: ignore[attr-defined]
-        process.start()
-        process.join()
-
-
-def preload_in_probes(modules: Iterable[str]) -> None:
-    """Import ``modules`` once, in the fork server probes start from, rather than in each
-    probe: for workloads whose pieces unpickle into a framework that takes seconds to
-    import (transformers). Effective until the fork server starts, at this process's
-    first probe; after that it changes nothing (the probes import what they need).
-    A module that fails to import there is skipped, and so is one whose import touches
-    CUDA (every probe forked after it would fail to use it)."""
-    context = probe_context()
-    _preload.extend(cuda_safe(tuple(m for m in dict.fromkeys(modules) if m not in _preload)))
-    if context.get_start_method() == "forkserver":
-        context.set_forkserver_preload(list(_preload))
-
-
-PSS_SECONDS = 1.0
-"""How often, at most, the memory watch reads the proportional sizes for the peak."""
-PEAK_SHARE = 0.02
-"""The most of one core the peak's proportional-size reads may take: a read of a tree of
-many workers (about 3.5 ms per process) is spaced out until it costs no more."""
-LIMIT_SHARE = 0.25
-"""The most of one core the reads may take while the resident sum is over the limit (the
-tree may be over it, so they come more often than the peak's)."""
-TREE_SECONDS = 1.0
-"""How often the memory watch lists the probe's descendants again."""
-
-
-class TreeWatch:
-    """Samples the memory of a process and all its descendants in the background.
-
-    Memory is the proportional set size (shared pages split among sharers), so
-    forked workers that share their parent's pages are not counted twice.
-
-    The watch shares the CPUs with the probe it measures, so it is kept cheap: the
-    tree's resident sizes (a stat read per process) every ``interval``; the
-    proportional sizes (a walk of every mapping, about 3.5 ms per torch process, under
-    the lock the process's own allocations need) only for the peak and when the
-    resident sum is over the limit (the proportional size is never larger), each
-    time no sooner than their last read's own cost allows: at most
-    :data:`PEAK_SHARE` of a core for the peak (and no more often than every
-    :data:`PSS_SECONDS`), :data:`LIMIT_SHARE` over the limit; the list of
-    descendants every :data:`TREE_SECONDS`. Read at a fixed interval instead, the
-    watch slowed the probe it measured (the runs: ``docs/decisions.md``).
-    """
-
-    def __init__(
-        self,
-        pid: int,
-        *,
-        limit: int | None,
-        interval: float = 0.2,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.limit = limit
-        self.peak = 0
-        self.exceeded_at: int | None = None
-        self._seen: dict[int, psutil.Process] = {}
-        self._gone: set[int] = set()  # adopted when already ended
-        try:
-            self._root: psutil.Process | None = psutil.Process(pid)
-        except psutil.Error:  # it ended already (a probe that failed at once): nothing to read
-            self._root = None
-            self._gone.add(pid)
-        else:
-            self._seen[pid] = self._root
-        self._tree: list[psutil.Process] = [self._root] if self._root else []
-        self._clock = clock
-        self._tree_at: float | None = None
-        self._peak_due: float | None = None
-        self._over_due: float | None = None
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._interval = interval
-        self._thread = threading.Thread(target=self._loop, name="autotune-treewatch", daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self._interval):
-            self.sample()
-
-    def sample(self, *, force: bool = False) -> int:
-        """Read the tree's memory now; returns what it read, in bytes (the proportional
-        size when it was read, else the resident size). ``force``: read the proportional
-        sizes whatever they cost, of the tree listed afresh (at a moment that is not
-        measured)."""
-        processes = self._processes(fresh=force)
-        began = self._clock()
-        resident = sum(_resident(process) for process in processes)
-        over = self.limit is not None and resident > self.limit
-        due = self._over_due if over else self._peak_due
-        if not force and due is not None and began < due:
-            return resident
-        total = sum(_memory_of(process) for process in processes)
-        cost = self._clock() - began
-        self._peak_due = began + max(PSS_SECONDS, cost / PEAK_SHARE)
-        self._over_due = began + cost / LIMIT_SHARE
-        self.peak = max(self.peak, total)
-        if self.limit is not None and total > self.limit and self.exceeded_at is None:
-            self.exceeded_at = total
-        return total
-
-    def _processes(self, *, fresh: bool = False) -> list[psutil.Process]:
-        """The tree, listed again every :data:`TREE_SECONDS` (reading every process's
-        parent in /proc) or when ``fresh``; the root alone once it cannot be read."""
-        if self._root is None:
-            return []
-        now = self._clock()
-        if not fresh and self._tree_at is not None and now - self._tree_at < TREE_SECONDS:
-            return self._tree
-        self._tree_at = now
-        try:
-            tree = [self._root, *descendants(self._root)]
-        except psutil.Error:
-            return [self._root]
-        with self._lock:
-            for process in tree:
-                self._seen.setdefault(process.pid, process)
-        self._tree = tree
-        return tree
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2)
-
-    def collect(self) -> None:
-        """Remember every process of the tree now (before it is ended)."""
-        try:
-            current = descendants(self._root) if self._root else []
-        except psutil.Error:
-            current = []
-        with self._lock:
-            for process in current:
-                self._seen.setdefault(process.pid, process)
-
-    def adopt(self, pids: Iterable[int]) -> None:
-        """Count these processes in the tree (a probe's loader workers, told by the probe),
-        also those already gone: what they left in shared memory is theirs."""
-        with self._lock:
-            for pid in pids:
-                if pid in self._seen or pid in self._gone:
-                    continue
-                try:
-                    self._seen[pid] = psutil.Process(pid)
-                except psutil.Error:
-                    self._gone.add(pid)
-
-    @property
-    def pids(self) -> list[int]:
-        """Every process of the tree ever seen or adopted."""
-        with self._lock:
-            return [*self._seen, *self._gone]
-
-    def kill_all(self) -> None:
-        """SIGKILL every process of the tree ever seen that is still alive."""
-        self.collect()
-        with self._lock:
-            processes = list(self._seen.values())
-        for process in processes:
-            with contextlib.suppress(psutil.Error):
-                process.kill()  # psutil checks the pid was not reused
-
-
-_KERNEL_CHILDREN = os.path.exists(f"/proc/self/task/{os.getpid()}/children")
-"""Whether the kernel lists each thread's children (``/proc/PID/task/TID/children``)."""
-
-
-def descendants(root: psutil.Process) -> list[psutil.Process]:
-    """Every descendant of ``root`` that can still be read, as psutil's
-    ``children(recursive=True)`` finds them.
-
-    Read from the kernel's list of each thread's children, a read per process of the
-    tree: psutil's walk reads the parent of every process on the machine, a cost that
-    grows with the machine's other processes and is taken from the probe being watched.
-    psutil's walk where the kernel keeps no such lists.
-
-    Raises:
-        psutil.Error: ``root`` cannot be read (psutil's walk only).
-    """
-    if not _KERNEL_CHILDREN:
-        return list(root.children(recursive=True))
-    found: list[psutil.Process] = []
-    seen = {root.pid}
-    pending = _child_pids(root.pid)
-    while pending:
-        pid = pending.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
-        try:
-            found.append(psutil.Process(pid))
-        except psutil.Error:  # ended since it was listed: nor are its children read
-            continue
-        pending.extend(_child_pids(pid))
-    return found
-
-
-def _child_pids(pid: int) -> list[int]:
-    """The children of every thread of ``pid``; none once it has ended."""
-    children: list[int] = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return children
-    for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/children") as listing:
-                children.extend(int(child) for child in listing.read().split())
-        except OSError:  # the thread or the process ended meanwhile
-            continue
-    return children
-
-
-def _resident(process: psutil.Process) -> int:
-    try:
-        return int(process.memory_info().rss)
-    except psutil.Error:
-        return 0
-
-
-def _memory_of(process: psutil.Process) -> int:
-    try:
-        info = process.memory_full_info()
-        return int(getattr(info, "pss", info.rss))
-    except psutil.AccessDenied:
-        try:
-            return int(process.memory_info().rss)
-        except psutil.Error:
-            return 0
-    except psutil.Error:
-        return 0
 
 
 def refuse_while_bootstrapping() -> None:
@@ -520,8 +251,8 @@ class _RunningProbe:
         half_made = _end(self.process, self.control, self.watch, graceful=self.finished)
         self.monitor.stop()
         self.events.close()
-        if half_made and self.failure is not None and self.failure.kind in _SHM_MAY_EXPLAIN:
-            self.failure = _out_of_shared_memory(self.failure, half_made)
+        if half_made and self.failure is not None and self.failure.kind in SHM_MAY_EXPLAIN:
+            self.failure = out_of_shared_memory(self.failure, half_made)
 
     def figures(self) -> Figures:
         """What the probe measured so far (all of it, once it has ended)."""
@@ -623,40 +354,7 @@ def _end(process: Any, control: Any, watch: TreeWatch, *, graceful: bool) -> lis
     watch.kill_all()
     process.join(timeout=_GRACE_SECONDS)
     control.close()
-    return _remove_shared_memory(watch.pids)
-
-
-def _remove_shared_memory(pids: list[int]) -> list[str]:
-    """Remove the shared-memory files these (ended) processes left behind; returns the
-    names of those left half-made.
-
-    torch names them after the process that made them (``torch_<pid>_...``) and
-    unlinks them at once, except when making one fails half-way (shared memory
-    full): then the file stays, its size set but its memory never allocated (fewer
-    blocks than its size), or holding on to the very memory that ran out.
-    """
-    half_made: list[str] = []
-    for pid in pids:
-        for path in _SHM_DIR.glob(f"torch_{pid}_*"):
-            with contextlib.suppress(OSError):
-                stat = path.stat()
-                if stat.st_blocks * 512 < stat.st_size:
-                    half_made.append(path.name)
-                path.unlink()
-    return half_made
-
-
-def _out_of_shared_memory(failure: Failure, half_made: list[str]) -> Failure:
-    """``failure``, explained by the batch files a worker could not allocate in /dev/shm."""
-    files = f"{len(half_made)} batch file{'s' if len(half_made) > 1 else ''}"
-    return dataclasses.replace(
-        failure,
-        kind="shm",
-        message=(
-            f"{failure.message}; a DataLoader worker could not hand its batches over: it left "
-            f"{files} half-made in /dev/shm ({SHM_HINT})"
-        ),
-    )
+    return remove_shared_memory(watch.pids)
 
 
 def _over_limit(watch: TreeWatch) -> Failure:
