@@ -14,7 +14,7 @@ from autotune.probe._protocol import (
     WorkloadSource,
     reference_windows,
 )
-from autotune.probe._runner import OnWindow, refuse_while_bootstrapping, run_probe
+from autotune.probe._runner import refuse_while_bootstrapping, run_probe
 from autotune.probe._steady import STEADY_FROM, ends_steady, steady_share
 from autotune.probe._turns import REWARM_SECONDS
 
@@ -26,7 +26,6 @@ __all__ = [
     "Figures",
     "Measurement",
     "Mode",
-    "OnWindow",
     "Placement",
     "ProbeRequest",
     "ProbeResult",
