@@ -23,7 +23,7 @@ from optuna.trial import TrialState
 import autotune
 from autotune import WorkloadError
 from autotune.cli import main
-from autotune.probe import STEADY_FROM
+from autotune.probe._steady import STEADY_FROM
 from autotune.study import BACKEND, FIGURES, GROUP, NODE, TrialRecord, records
 
 CONFIG = """

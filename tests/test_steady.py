@@ -10,7 +10,6 @@ from autotune.explore import ExplorePlan, _objective, get_backend
 from autotune.explore._backend import STEADY_SHARE
 from autotune.machine import Machine
 from autotune.probe import (
-    STEADY_FROM,
     Figures,
     ProbeRequest,
     ProbeResult,
@@ -19,6 +18,7 @@ from autotune.probe import (
     ends_steady,
     steady_share,
 )
+from autotune.probe._steady import STEADY_FROM
 from autotune.progress import QuietProgress
 from autotune.settings import Settings
 from autotune.space import build_space

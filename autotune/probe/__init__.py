@@ -15,13 +15,12 @@ from autotune.probe._protocol import (
     reference_windows,
 )
 from autotune.probe._runner import refuse_while_bootstrapping, run_probe
-from autotune.probe._steady import STEADY_FROM, ends_steady, steady_share
+from autotune.probe._steady import ends_steady, steady_share
 from autotune.probe._turns import REWARM_SECONDS
 
 __all__ = [
     "PLACEMENT",
     "REWARM_SECONDS",
-    "STEADY_FROM",
     "Failure",
     "Figures",
     "Measurement",
