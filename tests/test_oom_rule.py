@@ -11,7 +11,7 @@ import torch
 from autotune.explore._fatal import FATAL_REPEATS, FailureWatch, counts_against_the_code
 from autotune.explore._ruled_out import OutOfMemoryRule
 from autotune.probe import Failure
-from autotune.probe._failure import classify, on_device
+from autotune.probe._failure import classify
 from autotune.settings._settings import Settings
 from autotune.study import TrialRecord
 
@@ -44,7 +44,7 @@ NOT_MEMORY = [
 def test_what_a_full_device_raises_is_out_of_memory_on_the_device(error) -> None:
     failure = classify(error, "model(batch)")
     assert failure.kind == "oom", failure
-    assert on_device(failure)
+    assert failure.on_device()
 
 
 @pytest.mark.parametrize("error", NOT_MEMORY, ids=lambda e: str(e)[:40])
@@ -67,7 +67,7 @@ def test_other_device_library_errors_are_not_out_of_memory(error) -> None:
     ],
 )
 def test_the_host_running_out_is_not_the_device_running_out(failure) -> None:
-    assert not on_device(failure)
+    assert not failure.on_device()
 
 
 DEVICE_OOM = classify(DEVICE_FULL[0], "model(batch)")

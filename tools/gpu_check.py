@@ -377,7 +377,6 @@ def compute_ratio() -> dict[str, Any]:
 
 def out_of_memory() -> dict[str, Any]:
     from autotune import Settings, Workload
-    from autotune.probe._failure import on_device
 
     gpu_workloads = importlib.import_module("gpu_workloads")
     workload = Workload(dataset=gpu_workloads.Features(length=512), model=gpu_workloads.device_hog)
@@ -387,7 +386,7 @@ def out_of_memory() -> dict[str, Any]:
     return {
         "oom": {
             "kind": failure.kind if failure else None,
-            "on_device": on_device(failure) if failure else None,
+            "on_device": failure.on_device() if failure else None,
             "message": failure.message[:300] if failure else None,
         },
         "after": _figures(good),

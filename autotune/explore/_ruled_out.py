@@ -23,7 +23,7 @@ from optuna.trial import FrozenTrial
 
 from autotune.explore._bounds import Bounds
 from autotune.explore._trials import best_record
-from autotune.probe import Failure, on_device, shm_shortfall
+from autotune.probe import Failure, shm_shortfall
 from autotune.settings import Settings
 from autotune.study import TrialRecord
 
@@ -62,7 +62,7 @@ class OutOfMemoryRule:
 
     def add(self, settings: Settings, number: int, *, failure: Failure) -> None:
         """Remember that trial ``number`` ran out of memory (``failure``) with ``settings``."""
-        key = self._key(settings, device=on_device(failure))
+        key = self._key(settings, device=failure.on_device())
         known = self._smallest.get(key)
         if known is None or settings.batch_size < known[0]:
             self._smallest[key] = (settings.batch_size, number)

@@ -1,6 +1,6 @@
 """The probe: one short real training run of one config, in its own process."""
 
-from autotune.probe._failure import on_device, shm_shortfall
+from autotune.probe._failure import shm_shortfall
 from autotune.probe._forkserver import preload_in_probes, start_probe_server
 from autotune.probe._placement import PLACEMENT, Placement, Slot, SlotPool, plan_placement
 from autotune.probe._protocol import (
@@ -33,7 +33,6 @@ __all__ = [
     "Window",
     "WorkloadSource",
     "ends_steady",
-    "on_device",
     "plan_placement",
     "preload_in_probes",
     "reference_windows",

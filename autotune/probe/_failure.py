@@ -26,16 +26,6 @@ _OUT_OF_MEMORY = (
 )
 """Lower-case text of the errors that mean memory ran out, raised as a RuntimeError: by
 CUDA itself, cuBLAS and cuDNN (their handles and workspaces), and NCCL (its buffers)."""
-_DEVICE_LIBRARIES = (
-    "cuda",
-    "cublas",
-    "cudnn",
-    "nccl",
-    "hip out of memory",
-    "mps backend out of memory",
-    "xpu out of memory",
-)
-"""Names in an out-of-memory error that say the device's memory ran out."""
 _SIGNAL_HINTS: dict[int, str] = {
     signal.SIGSEGV.value: "a segmentation fault in native code (the dataset, the model, or a "
     "library they call)",
@@ -89,13 +79,6 @@ def _kind(error: BaseException, message: str) -> FailureKind:
     if isinstance(error, RuntimeError) and any(text in whole for text in _OUT_OF_MEMORY):
         return "oom"
     return "error"
-
-
-def on_device(failure: Failure) -> bool:
-    """Whether ``failure`` is the accelerator's memory running out, not the host's: what
-    a batch needs there does not depend on the loader that feeds it."""
-    lowered = failure.message.lower()
-    return failure.kind == "oom" and any(name in lowered for name in _DEVICE_LIBRARIES)
 
 
 def describe(error: BaseException) -> str:

@@ -144,6 +144,18 @@ class Window:
         return dataclasses.asdict(self)
 
 
+_DEVICE_LIBRARIES = (
+    "cuda",
+    "cublas",
+    "cudnn",
+    "nccl",
+    "hip out of memory",
+    "mps backend out of memory",
+    "xpu out of memory",
+)
+"""Names in an out-of-memory error that say the device's memory ran out."""
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Failure:
     """Why a probe did not finish."""
@@ -153,6 +165,12 @@ class Failure:
     piece: str | None = None
     """The user's piece that failed: dataset, model, loss, step, optimizer, collate_fn."""
     traceback: str | None = None
+
+    def on_device(self) -> bool:
+        """Whether this is the accelerator's memory running out, not the host's: what a
+        batch needs there does not depend on the loader that feeds it."""
+        lowered = self.message.lower()
+        return self.kind == "oom" and any(name in lowered for name in _DEVICE_LIBRARIES)
 
     def signature(self) -> str:
         """Equal for the same error in different configs."""
