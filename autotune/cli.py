@@ -300,7 +300,7 @@ def _show(args: argparse.Namespace) -> int:
         start_lines,
         trials_table,
     )
-    from autotune.study import STARTS, open_study, read_meta, records
+    from autotune.study import Attr, open_study, read_meta, records
 
     where = _where(args)
     study = open_study(where, create=False)
@@ -314,7 +314,7 @@ def _show(args: argparse.Namespace) -> int:
     diagnoses = diagnose(result) if result is not None else []
     if result is not None:
         _warn_if_moved(result)
-    starts = list(study.user_attrs.get(STARTS) or [])
+    starts = list(study.user_attrs.get(Attr.STARTS) or [])
     if args.json:
         data: dict[str, Any] = {"study": {"name": study.study_name, "path": str(where)}}
         data.update(show_json(result, diagnoses, error))

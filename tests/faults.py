@@ -33,7 +33,7 @@ import autotune
 from autotune.cli import main
 from autotune.probe import ProbeRequest, WorkloadSource
 from autotune.settings import Settings
-from autotune.study import OWNER, TrialRecord, records
+from autotune.study import Attr, TrialRecord, records
 from autotune.workload import Workload
 
 DRIVERS = ("cli", "api")
@@ -374,7 +374,7 @@ def running_trial(study: Path, at_least: int, *, owned: bool = False) -> int | N
         " AND datetime_start > (SELECT MAX(datetime_complete) FROM trials WHERE state IN"
         " ('COMPLETE', 'PRUNED', 'FAIL'))"
     )
-    arguments: tuple[object, ...] = (at_least, OWNER) if owned else (at_least,)
+    arguments: tuple[object, ...] = (at_least, Attr.OWNER) if owned else (at_least,)
     with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=30)) as connection:
         try:
             row = connection.execute(

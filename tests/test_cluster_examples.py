@@ -21,7 +21,7 @@ from conftest import CHILD_PYTHONPATH, QUICK
 from faults import finished_numbers
 from optuna.trial import TrialState
 
-from autotune.study import BACKEND, META, OWNER
+from autotune.study import Attr
 
 pytestmark = pytest.mark.scaleout
 
@@ -73,7 +73,7 @@ def made(engine: sqlalchemy.Engine, name: str) -> bool:
     )
     try:
         with engine.connect() as connection:
-            return bool(connection.execute(query, {"name": name, "key": META}).scalar())
+            return bool(connection.execute(query, {"name": name, "key": Attr.META}).scalar())
     except sqlalchemy.exc.ProgrammingError:  # no tables yet
         return False
 
@@ -126,7 +126,7 @@ def test_two_slurm_array_tasks_write_one_study(postgres_url, config, workdir) ->
     assert len({t._trial_id for t in trials}) == len(trials)
     assert [t.number for t in trials if t.state == TrialState.RUNNING] == []
     # Each task wrote its own trials, and every finished trial is one task's.
-    owners = {t.user_attrs[OWNER]["pid"] for t in trials if OWNER in t.user_attrs}
+    owners = {t.user_attrs[Attr.OWNER]["pid"] for t in trials if Attr.OWNER in t.user_attrs}
     assert len(owners) == 2
     reported = [finished_numbers(err) for _, err in runs]
     assert reported[0] and reported[1] and not reported[0] & reported[1]
@@ -190,7 +190,7 @@ def test_the_ray_example_writes_one_study_from_two_trials_at_once(postgres_url, 
     # A config queued for a trial that the budget did not reach stays WAITING.
     ran = [t for t in study.get_trials(deepcopy=False) if t.state != TrialState.WAITING]
     assert ran and all(t.state.is_finished() for t in ran)
-    assert all(t.user_attrs[BACKEND] == "ray" for t in ran)
+    assert all(t.user_attrs[Attr.BACKEND] == "ray" for t in ran)
     assert finished_numbers(done.stderr) == {t.number for t in ran}
 
 

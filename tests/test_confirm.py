@@ -34,7 +34,7 @@ from autotune.probe import Figures, ProbeRequest, Window, WorkloadSource
 from autotune.progress import QuietProgress
 from autotune.result._predict import prediction_interval
 from autotune.space import Space, build_space
-from autotune.study import FAILURE, FIGURES, ROLE, SETTINGS, records
+from autotune.study import Attr, records
 from autotune.workload import SearchOptions
 
 DEFAULT = Settings(batch_size=32)
@@ -91,19 +91,19 @@ class SetFigures:
     ) -> str:
         self.study = plan.study
         group, attrs = group_attrs(settings, roles, number)
-        configs = [Settings.from_dict(a[SETTINGS]) for a in attrs]  # in the round's order
+        configs = [Settings.from_dict(a[Attr.SETTINGS]) for a in attrs]  # in the round's order
         self.orders.append([c.key() for c in configs])
         for config, trial_attrs in zip(configs, attrs, strict=True):
             trial = fixed_trial(plan.study, trial_attrs)
             rate = self.rate(config, self.rounds)
             if rate is None:
-                trial.set_user_attr(FAILURE, {"kind": "error", "message": "broken"})
+                trial.set_user_attr(Attr.FAILURE, {"kind": "error", "message": "broken"})
                 plan.study.tell(trial, state=FAIL)
                 continue
             odd = rate if isinstance(rate, Odd) else Odd(rate, COMPLETE, failure=False)
-            trial.set_user_attr(FIGURES, figures(odd.rate).to_dict())
+            trial.set_user_attr(Attr.FIGURES, figures(odd.rate).to_dict())
             if odd.failure:
-                trial.set_user_attr(FAILURE, {"kind": "error", "message": "broken"})
+                trial.set_user_attr(Attr.FAILURE, {"kind": "error", "message": "broken"})
             if odd.state == COMPLETE:
                 plan.study.tell(trial, odd.rate)
             else:
@@ -175,8 +175,10 @@ def explored_study(
     whose keys are in ``pruned`` (pruned after one window at their figure)."""
     study = optuna.create_study(direction="maximize")
     for candidate in explored:
-        trial = fixed_trial(study, {ROLE: "explore", SETTINGS: candidate.settings.to_dict()})
-        trial.set_user_attr(FIGURES, figures(candidate.samples_per_s).to_dict())
+        trial = fixed_trial(
+            study, {Attr.ROLE: "explore", Attr.SETTINGS: candidate.settings.to_dict()}
+        )
+        trial.set_user_attr(Attr.FIGURES, figures(candidate.samples_per_s).to_dict())
         if candidate.settings.key() in pruned:
             trial.report(candidate.samples_per_s, 0)
             study.tell(trial, state=PRUNED)
@@ -648,14 +650,14 @@ def test_exploration_candidates_are_the_measured_configs_of_the_space() -> None:
     study = explored_study()
 
     def trial(settings: Settings, role: str = "explore") -> optuna.Trial:
-        return fixed_trial(study, {ROLE: role, SETTINGS: settings.to_dict()})
+        return fixed_trial(study, {Attr.ROLE: role, Attr.SETTINGS: settings.to_dict()})
 
     pruned = trial(workers(3))  # pruned: its last reported window counts
     pruned.report(950.0, 0)
     study.tell(pruned, state=PRUNED)
     crashed = trial(workers(5))  # reported a window, then failed
     crashed.report(5000.0, 0)
-    crashed.set_user_attr(FAILURE, {"kind": "crash", "message": "killed"})
+    crashed.set_user_attr(Attr.FAILURE, {"kind": "crash", "message": "killed"})
     study.tell(crashed, state=PRUNED)
     study.tell(trial(workers(6), role="confirm"), 5000.0)  # not exploration
     study.tell(trial(Settings(batch_size=1000)), 5000.0)  # outside the space
@@ -795,13 +797,13 @@ def test_the_fastest_in_full_is_of_the_exploration_in_the_space_and_never_failed
     study = explored_study([Candidate(workers(2), 500.0)])
 
     def trial(settings: Settings, role: str = "explore") -> optuna.Trial:
-        return fixed_trial(study, {ROLE: role, SETTINGS: settings.to_dict()})
+        return fixed_trial(study, {Attr.ROLE: role, Attr.SETTINGS: settings.to_dict()})
 
     pruned = trial(workers(3))
     pruned.report(5000.0, 0)
     study.tell(pruned, state=PRUNED)
     broken = trial(workers(5))  # finished, with a failure recorded
-    broken.set_user_attr(FAILURE, {"kind": "crash", "message": "killed"})
+    broken.set_user_attr(Attr.FAILURE, {"kind": "crash", "message": "killed"})
     study.tell(broken, 5000.0)
     study.tell(trial(workers(6), role="confirm"), 5000.0)
     study.tell(trial(Settings(batch_size=1000)), 5000.0)  # outside the space

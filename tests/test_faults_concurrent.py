@@ -17,7 +17,7 @@ from faults import NAME, Running, drive, finish_together, finished_numbers
 from test_faults_interrupt import LONG
 from workloads import TWO_SEARCHES_STUDY
 
-from autotune.study import FAILURE, GROUP, OWNER, ROLE, TrialRecord
+from autotune.study import Attr, TrialRecord
 
 BOTH = dataclasses.replace(
     LONG,
@@ -55,18 +55,20 @@ def test_two_searches_on_one_study_at_once(workdir, shared) -> None:
     assert len({t._trial_id for t in trials}) == len(trials)
     assert all(t.state.is_finished() for t in trials)
 
-    owners = [t.user_attrs[OWNER]["pid"] for t in trials]
+    owners = [t.user_attrs[Attr.OWNER]["pid"] for t in trials]
     assert set(owners) == {cli.process.pid, api.process.pid}
-    by_owner = {pid: [t for t in trials if t.user_attrs[OWNER]["pid"] == pid] for pid in owners}
+    by_owner = {
+        pid: [t for t in trials if t.user_attrs[Attr.OWNER]["pid"] == pid] for pid in owners
+    }
     for own in by_owner.values():
-        explored = [t for t in own if t.user_attrs.get(ROLE) == "explore"]
+        explored = [t for t in own if t.user_attrs.get(Attr.ROLE) == "explore"]
         # Each search probed the trials it was asked for; a config the other search had
         # measured already is a repeat, which spends none of the budget.
         assert sum(TrialRecord.from_trial(t).probed for t in explored) == 2
-        groups = {t.user_attrs[GROUP] for t in own if GROUP in t.user_attrs}
+        groups = {t.user_attrs[Attr.GROUP] for t in own if Attr.GROUP in t.user_attrs}
         # and measured its own finalists and baseline itself, one group a round
         assert len(groups) == QUICK["rounds"]
-        roles = [t.user_attrs[ROLE] for t in own if GROUP in t.user_attrs]
+        roles = [t.user_attrs[Attr.ROLE] for t in own if Attr.GROUP in t.user_attrs]
         assert "confirm" in roles
         assert roles.count("baseline") == defaults_measured(roles.count("confirm"), QUICK["rounds"])
     # They ran at once: their trials interleave (each one's first before the other's last).
@@ -88,7 +90,7 @@ def owned_running(url: str, pid: int) -> list[int]:
     except (KeyError, sqlalchemy.exc.OperationalError):  # not created yet
         return []
     running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-    if not all(t.user_attrs.get(OWNER, {}).get("pid") == pid for t in running):
+    if not all(t.user_attrs.get(Attr.OWNER, {}).get("pid") == pid for t in running):
         return []
     return [t.number for t in running]
 
@@ -124,9 +126,9 @@ def test_a_writer_killed_outright_leaves_no_trial_running_once_resumed(
     ]
     for trial in abandoned:
         if trial.state == optuna.trial.TrialState.FAIL:
-            assert trial.user_attrs[FAILURE]["kind"] == "interrupted"
+            assert trial.user_attrs[Attr.FAILURE]["kind"] == "interrupted"
     assert any(
         t.state == optuna.trial.TrialState.FAIL
-        and f"(pid {killed.process.pid})" in t.user_attrs.get(FAILURE, {}).get("message", "")
+        and f"(pid {killed.process.pid})" in t.user_attrs.get(Attr.FAILURE, {}).get("message", "")
         for t in abandoned
     )

@@ -23,7 +23,7 @@ from faults import DRIVERS, Case, one_error_line
 import autotune
 from autotune import FingerprintWarning, StudyError
 from autotune.cli import main
-from autotune.study import META, RESULT
+from autotune.study import Attr
 
 
 def digest(path: Path) -> str:
@@ -74,7 +74,7 @@ def sqlite_of_something_else(path: Path) -> None:
 
 def newer_autotune(path: Path) -> None:
     study = optuna.load_study(study_name="small", storage=f"sqlite:///{path}")
-    study.set_user_attr(META, {**study.user_attrs[META], "format": 99})
+    study.set_user_attr(Attr.META, {**study.user_attrs[Attr.META], "format": 99})
 
 
 def newer_optuna(path: Path) -> None:
@@ -205,9 +205,9 @@ def moved(saved_study: Path, workdir: Path) -> Path:
     """A copy of the study whose settings were tuned on another machine."""
     path = copy_of(saved_study, workdir)
     study = optuna.load_study(study_name="small", storage=f"sqlite:///{path}")
-    result = dict(study.user_attrs[RESULT])
+    result = dict(study.user_attrs[Attr.RESULT])
     result["machine"] = {**result["machine"], "cpus": 64, "torch_version": "1.0.0"}
-    study.set_user_attr(RESULT, result)
+    study.set_user_attr(Attr.RESULT, result)
     return path
 
 

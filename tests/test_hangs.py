@@ -28,7 +28,7 @@ from autotune.probe import Failure, Figures, ProbeRequest, ProbeResult, Window, 
 from autotune.progress import QuietProgress
 from autotune.settings import Settings
 from autotune.space import Choices, Domain, Fixed, IntRange, Space, build_space
-from autotune.study import FAILURE, ROLE, SETTINGS, TrialRecord
+from autotune.study import Attr, TrialRecord
 from autotune.workload import SearchOptions
 
 MACHINE = Machine(cpus=2, cpu_model="t", memory_bytes=2**33, shm_bytes=2**30, accelerator="cpu")
@@ -204,7 +204,7 @@ def run_trial(
     if attrs is None:
         for _ in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             study.tell(study.ask(), state=TrialState.FAIL)  # the test proposes instead
-        study.enqueue_trial(rules.plan.space.params(settings), user_attrs={ROLE: "explore"})
+        study.enqueue_trial(rules.plan.space.params(settings), user_attrs={Attr.ROLE: "explore"})
         trial = study.ask()
     else:
         trial = fixed_trial(study, attrs)
@@ -235,10 +235,10 @@ def test_exploration_goes_on_without_workers_and_a_restart_knows_why(backend) ->
     assert proposed.num_workers == 0
     resumed = TrialRules(explore_plan(study, workers_space()), exploring=True, backend=backend)
     assert resumed.space.num_workers == Fixed(0)
-    given = fixed_trial(study, {ROLE: "explore", SETTINGS: loader(4).to_dict()})
+    given = fixed_trial(study, {Attr.ROLE: "explore", Attr.SETTINGS: loader(4).to_dict()})
     outcome = resumed.settled(given, loader(4), "explore")
     assert outcome is not None and outcome.state == TrialState.FAIL
-    assert given.user_attrs[FAILURE]["kind"] == "infeasible"
+    assert given.user_attrs[Attr.FAILURE]["kind"] == "infeasible"
     assert worker_hang(study) == WorkerHang(workers=4, trials=(0, 1), stall=STALL)
 
 
@@ -278,13 +278,13 @@ def test_a_finalist_that_failed_in_a_confirming_round_is_not_measured_again() ->
     ends = {}
     for number, round_attrs in enumerate(rounds):
         for attrs in round_attrs:
-            settings = Settings.from_dict(attrs[SETTINGS])
+            settings = Settings.from_dict(attrs[Attr.SETTINGS])
             probe = hung if settings.num_workers == 4 or number else ran
             if number and settings.num_workers == 4:
                 probe = not_probed
             trial, _, stop = run_trial(rules, settings, probe, attrs)
             assert not stop
-            ends[(number, settings.num_workers)] = trial.user_attrs.get(FAILURE, {})
+            ends[(number, settings.num_workers)] = trial.user_attrs.get(Attr.FAILURE, {})
     assert ends[(0, 4)]["kind"] == "timeout"
     assert ends[(1, 4)] == {
         "kind": "infeasible",

@@ -15,7 +15,7 @@ from autotune.explore._embedded import EmbeddedBackend
 from autotune.explore._in_turns import GROUP, PASSES
 from autotune.probe import Failure, Figures, ProbeRequest, ProbeResult, Window
 from autotune.settings import Settings
-from autotune.study import ROLE, records
+from autotune.study import Attr, records
 
 ONE = Settings(batch_size=32, num_workers=1, prefetch_factor=2, persistent_workers=True)
 TWO = Settings(batch_size=32, num_workers=2, prefetch_factor=2, persistent_workers=True)
@@ -139,7 +139,7 @@ def test_the_warm_starts_are_explored_in_turns_in_groups_then_the_sampler_goes_o
     assert all(t.role == "explore" and t.state == "COMPLETE" for t in warm)
     trial = stand_in.study.trials[0]
     assert sorted(trial.intermediate_values) == [1, 2, 3]  # the pruner's rungs read them
-    assert trial.user_attrs[ROLE] == "explore"
+    assert trial.user_attrs[Attr.ROLE] == "explore"
     # The budget's last trial, proposed by the sampler, runs in a probe of its own.
     assert len(probes.alone) == 1
 

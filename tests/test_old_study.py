@@ -17,7 +17,7 @@ from conftest import TESTS
 import autotune
 from autotune.cli import main
 from autotune.machine import detect_machine, usable_cpus
-from autotune.study import META, locate, open_study, records
+from autotune.study import Attr, locate, open_study, records
 
 DATA = TESTS / "data"
 OLD_STUDY = DATA / "study_v0_1.db"
@@ -75,10 +75,10 @@ def test_a_search_resumes_it(old_study: Path) -> None:
     # search refuses to mix figures across machines (tested in test_faults_study), so
     # the copy is first told it was measured here. Only the fingerprint changes.
     study = open_study(locate(old_study, None, name=old_study.stem), create=False)
-    meta = dict(study.user_attrs[META])
+    meta = dict(study.user_attrs[Attr.META])
     meta["machine"] = detect_machine(None).to_dict()
     meta["placement"] = {**meta["placement"], "rank_cpus": usable_cpus()}
-    study.set_user_attr(META, meta)
+    study.set_user_attr(Attr.META, meta)
     before = len(study.trials)
 
     # One confirming round: resuming, not the rounds, is what this checks.

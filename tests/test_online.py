@@ -22,7 +22,7 @@ from torch.utils.data import Dataset, DistributedSampler, IterableDataset, get_w
 import autotune
 from autotune.machine import detect_machine
 from autotune.probe import Figures
-from autotune.study import RESULT, locate, open_study
+from autotune.study import Attr, locate, open_study
 
 LOGGER = "autotune.online"
 TINY = {"budget_fraction": 1.0, "window_seconds": 0.0, "windows": 1, "retune": False}
@@ -201,7 +201,7 @@ def test_no_worker_or_shared_memory_outlives_a_switch_or_the_end() -> None:
 def bad_study(path: Path, **knobs: Any) -> Path:
     study = open_study(locate(path, None, name=path.stem), create=True)
     settings = {"batch_size": 32, "num_workers": 2, "prefetch_factor": 2, **knobs}
-    study.set_user_attr(RESULT, {"settings": settings})
+    study.set_user_attr(Attr.RESULT, {"settings": settings})
     return path
 
 
@@ -280,7 +280,7 @@ def test_it_will_not_overwrite_a_searchs_confirmed_result(tmp_path: Path) -> Non
         machine=detect_machine("cpu"),
     )
     open_study(locate(path, None, name="searched"), create=True).set_user_attr(
-        RESULT, confirmed.to_dict()
+        Attr.RESULT, confirmed.to_dict()
     )
     with pytest.raises(autotune.StudyError, match="confirmed result of a search"):
         autotune.online(Indices(), batch_size=4, record=path)

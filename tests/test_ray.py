@@ -40,7 +40,7 @@ from autotune.probe import Figures, ProbeRequest, Window, WorkloadSource
 from autotune.progress import QuietProgress
 from autotune.settings import Settings
 from autotune.space import build_space
-from autotune.study import ROLE, locate, open_study
+from autotune.study import Attr, locate, open_study
 
 pytestmark = pytest.mark.scaleout
 
@@ -259,7 +259,7 @@ def test_a_resumed_search_prunes_against_the_trials_already_in_the_study(tmp_pat
         study.add_trial(
             optuna.trial.create_trial(
                 state=TrialState.PRUNED,
-                user_attrs={ROLE: "explore"},
+                user_attrs={Attr.ROLE: "explore"},
                 intermediate_values={1: value},
             )
         )

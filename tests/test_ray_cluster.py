@@ -12,7 +12,7 @@ from messages import Messages
 from ray.cluster_utils import Cluster
 
 import autotune
-from autotune.study import BACKEND, NODE
+from autotune.study import Attr
 
 pytestmark = pytest.mark.scaleout
 
@@ -51,6 +51,6 @@ def test_a_search_joins_a_cluster_by_address_and_runs_trials_on_every_node(workd
         cluster.shutdown()
     assert f"ray: the Ray cluster at {address}: 2 node(s), 2 CPUs, 0 GPUs" in lines
     study = optuna.load_study(study_name="cluster", storage="sqlite:///studies/cluster.db")
-    probed = [t for t in study.trials if NODE in t.user_attrs]
-    assert all(t.user_attrs[BACKEND] == "ray" for t in study.trials)
-    assert {t.user_attrs[NODE]["node_id"] for t in probed} == expected
+    probed = [t for t in study.trials if Attr.NODE in t.user_attrs]
+    assert all(t.user_attrs[Attr.BACKEND] == "ray" for t in study.trials)
+    assert {t.user_attrs[Attr.NODE]["node_id"] for t in probed} == expected

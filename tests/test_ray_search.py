@@ -24,7 +24,7 @@ import autotune
 from autotune import WorkloadError
 from autotune.cli import main
 from autotune.probe._steady import STEADY_FROM
-from autotune.study import BACKEND, FIGURES, GROUP, NODE, TrialRecord, records
+from autotune.study import Attr, TrialRecord, records
 
 CONFIG = """
 from workloads import linear_model, sleepy_dataset
@@ -92,17 +92,17 @@ def test_a_ray_search_writes_the_study_the_embedded_one_would(
         "confirm",
         "baseline",
     }
-    assert all(t.user_attrs[BACKEND] == "ray" for t in ran)
+    assert all(t.user_attrs[Attr.BACKEND] == "ray" for t in ran)
     assert all(t.state != TrialState.RUNNING for t in ran)
     probed = [t for t in ran if "autotune.duplicate_of" not in t.user_attrs]
     pruned = [t for t in probed if t.state == TrialState.PRUNED]
     assert pruned, "ASHA stopped no trial"
     for trial in probed:
-        assert trial.user_attrs[NODE]["node_id"] == local_ray
+        assert trial.user_attrs[Attr.NODE]["node_id"] == local_ray
         # Ray's workers start at niceness 15; the trial probed at the driver's (as root).
-        niceness = trial.user_attrs[NODE]["niceness"]
+        niceness = trial.user_attrs[Attr.NODE]["niceness"]
         assert niceness == os.getpriority(os.PRIO_PROCESS, 0) or os.geteuid() != 0
-        figures = trial.user_attrs[FIGURES]
+        figures = trial.user_attrs[Attr.FIGURES]
         windows = len(figures["windows"])
         # Every window's figures are kept, and reported as the intermediate values.
         assert sorted(trial.intermediate_values) == list(range(1, windows + 1))
@@ -126,8 +126,8 @@ def test_a_ray_search_writes_the_study_the_embedded_one_would(
     assert ray_result.keys() == embedded_result.keys()
     assert ray_result["settings"].keys() == embedded_result["settings"].keys()
     for ray_trial, embedded_trial in zip(on_ray.trials[:6], embedded.trials[:6], strict=True):
-        assert ray_trial.user_attrs.keys() - {NODE} == embedded_trial.user_attrs.keys()
-        assert embedded_trial.user_attrs[BACKEND] == "optuna"
+        assert ray_trial.user_attrs.keys() - {Attr.NODE} == embedded_trial.user_attrs.keys()
+        assert embedded_trial.user_attrs[Attr.BACKEND] == "optuna"
 
     # Resuming on Ray adds to the study; its confirming rounds run one after the other
     # (no runoff: whether one runs turns on the noise of real measurements).
@@ -143,12 +143,14 @@ def assert_last_two_rounds(trials: list[optuna.trial.FrozenTrial]) -> None:
     trials were made): whole rounds, one after the other, the same configs, the second
     in the first's order reversed (so the first ends with the default loader and the
     second starts with it)."""
-    groups = [t.user_attrs[GROUP] for t in trials if t.user_attrs["autotune.role"] != "explore"]
+    groups = [
+        t.user_attrs[Attr.GROUP] for t in trials if t.user_attrs["autotune.role"] != "explore"
+    ]
     first, second = list(dict.fromkeys(groups))[-2:]
-    confirming = [t for t in trials if t.user_attrs.get(GROUP) in (first, second)]
+    confirming = [t for t in trials if t.user_attrs.get(Attr.GROUP) in (first, second)]
     roles = [t.user_attrs["autotune.role"] for t in confirming]
     half = len(confirming) // 2
-    assert [t.user_attrs[GROUP] for t in confirming] == [first] * half + [second] * half
+    assert [t.user_attrs[Attr.GROUP] for t in confirming] == [first] * half + [second] * half
     assert roles[:half] == roles[half:][::-1] and roles[half - 1] == "baseline"
     settings = [t.user_attrs["autotune.settings"] for t in confirming]
     assert settings[:half] == settings[half:][::-1] and len(settings) > 2

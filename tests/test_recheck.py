@@ -11,7 +11,7 @@ from test_confirm import DEFAULT, SetFigures, plan, result_of, run, workers
 from autotune import SearchResult, Settings
 from autotune.decide import earlier_answer, earlier_finalists, recheck
 from autotune.progress import QuietProgress
-from autotune.study import RESULT, ROLE
+from autotune.study import Attr
 
 LEADER = workers(4)
 
@@ -111,12 +111,12 @@ def test_an_earlier_answer_is_a_confirmed_result_saved_in_the_study() -> None:
     study = optuna.create_study(direction="maximize")
     assert earlier_answer(study) is None
     saved = earlier()
-    study.set_user_attr(RESULT, saved.to_dict())
+    study.set_user_attr(Attr.RESULT, saved.to_dict())
     found = earlier_answer(study)
     assert found is not None and found.settings == saved.settings
     assert found.speedup_rounds == saved.speedup_rounds
     # Chosen from exploration figures alone: nothing to measure again.
-    study.set_user_attr(RESULT, dataclasses.replace(saved, confirmed=False).to_dict())
+    study.set_user_attr(Attr.RESULT, dataclasses.replace(saved, confirmed=False).to_dict())
     assert earlier_answer(study) is None
 
 
@@ -124,6 +124,6 @@ def test_the_recheck_trials_are_confirming_trials_of_the_study() -> None:
     backend = measured_at(1990.0)
     stand_in = plan()
     recheck(backend, stand_in, earlier(), DEFAULT, QuietProgress())
-    roles = [t.user_attrs[ROLE] for t in stand_in.study.trials[-3:]]
+    roles = [t.user_attrs[Attr.ROLE] for t in stand_in.study.trials[-3:]]
     assert roles == ["baseline", "confirm", "baseline"]
     assert Settings.from_dict(stand_in.study.trials[-2].user_attrs["autotune.settings"]) == LEADER

@@ -42,7 +42,6 @@ from autotune.explore._outcome import (
     record_interrupted,
 )
 from autotune.explore._repeats import (
-    PROPOSED_BY,
     UnmeasuredProposer,
     earlier_trial,
     measured_keys,
@@ -65,19 +64,7 @@ from autotune.probe import Failure, Figures, ProbeRequest, ProbeResult, Window, 
 from autotune.progress import QuietProgress
 from autotune.settings import Settings
 from autotune.space import Space, build_space
-from autotune.study import (
-    BACKEND,
-    BOUNDED,
-    DUPLICATE_OF,
-    FAILURE,
-    FIGURES,
-    GROUP,
-    META,
-    ROLE,
-    SETTINGS,
-    WARM_START,
-    TrialRecord,
-)
+from autotune.study import WARM_START, Attr, TrialRecord
 from autotune.workload import SearchOptions
 
 
@@ -125,10 +112,10 @@ def test_a_complete_outcome_without_a_value_is_a_failure() -> None:
 def test_a_failure_keeps_only_the_end_of_a_long_traceback() -> None:
     trial = new_trial()
     record_failure(trial, Failure(kind="error", message="boom", traceback="a" * 5 + "b" * 20_000))
-    assert trial.user_attrs[FAILURE]["traceback"] == "b" * 20_000
+    assert trial.user_attrs[Attr.FAILURE]["traceback"] == "b" * 20_000
     short = new_trial()
     record_failure(short, Failure(kind="error", message="boom", traceback="tb"))
-    assert short.user_attrs[FAILURE] == {
+    assert short.user_attrs[Attr.FAILURE] == {
         "kind": "error",
         "message": "boom",
         "piece": None,
@@ -140,8 +127,8 @@ def test_an_interrupted_trial_says_why_and_fails() -> None:
     trial = new_trial()
     outcome = record_interrupted(trial, "not run: the search ended")
     assert outcome == Outcome(TrialState.FAIL, reason="not run: the search ended")
-    assert trial.user_attrs[FAILURE]["kind"] == "interrupted"
-    assert trial.user_attrs[FAILURE]["message"] == "not run: the search ended"
+    assert trial.user_attrs[Attr.FAILURE]["kind"] == "interrupted"
+    assert trial.user_attrs[Attr.FAILURE]["message"] == "not run: the search ended"
 
 
 # ------------------------------------------------------------------ ruled out before running
@@ -157,11 +144,11 @@ def add_trial(
     **attrs: Any,
 ) -> FrozenTrial:
     """Add a finished trial as autotune would have recorded it; returns it."""
-    user_attrs: dict[str, Any] = {ROLE: role, **attrs}
+    user_attrs: dict[str, Any] = {Attr.ROLE: role, **attrs}
     if settings is not None:
-        user_attrs[SETTINGS] = settings.to_dict()
+        user_attrs[Attr.SETTINGS] = settings.to_dict()
     if failure is not None:
-        user_attrs[FAILURE] = failure.to_dict()
+        user_attrs[Attr.FAILURE] = failure.to_dict()
     study.add_trial(
         optuna.trial.create_trial(
             state=state, value=value, user_attrs=user_attrs, intermediate_values=steps or {}
@@ -317,28 +304,30 @@ def test_a_repeat_reuses_the_figures_and_windows_of_the_trial_it_repeats() -> No
         config(16),
         value=200.0,
         steps={1: 190.0, 2: 200.0},
-        **{FIGURES: figures(190, 210).to_dict()},
+        **{Attr.FIGURES: figures(190, 210).to_dict()},
     )
     trial = study.ask()
     outcome = reuse(trial, earlier)
     assert outcome == Outcome(TrialState.COMPLETE, 200.0)
     frozen = study.tell(trial, outcome.value)
-    assert frozen.user_attrs[DUPLICATE_OF] == earlier.number
-    assert frozen.user_attrs[FIGURES] == earlier.user_attrs[FIGURES]
-    assert FAILURE not in frozen.user_attrs and BOUNDED not in frozen.user_attrs
+    assert frozen.user_attrs[Attr.DUPLICATE_OF] == earlier.number
+    assert frozen.user_attrs[Attr.FIGURES] == earlier.user_attrs[Attr.FIGURES]
+    assert Attr.FAILURE not in frozen.user_attrs and Attr.BOUNDED not in frozen.user_attrs
     assert frozen.intermediate_values == {1: 190.0, 2: 200.0}
 
 
 def test_a_repeat_of_a_failed_or_ruled_out_config_says_why_as_it_did() -> None:
     study = optuna.create_study(direction="maximize")
     failed = add_trial(study, config(32), state=TrialState.FAIL, failure=OOM)
-    bounded = add_trial(study, config(8), state=TrialState.PRUNED, **{BOUNDED: "not run: slow"})
-    for earlier, attr in ((failed, FAILURE), (bounded, BOUNDED)):
+    bounded = add_trial(
+        study, config(8), state=TrialState.PRUNED, **{Attr.BOUNDED: "not run: slow"}
+    )
+    for earlier, attr in ((failed, Attr.FAILURE), (bounded, Attr.BOUNDED)):
         trial = study.ask()
         outcome = reuse(trial, earlier)
         assert outcome.state == earlier.state
         assert trial.user_attrs[attr] == earlier.user_attrs[attr]
-        assert FIGURES not in trial.user_attrs
+        assert Attr.FIGURES not in trial.user_attrs
         study.tell(trial, state=outcome.state)
 
 
@@ -346,8 +335,8 @@ def test_a_trial_that_measured_nothing_new_is_a_repeat_a_bound_or_infeasible() -
     study = optuna.create_study()
     infeasible = Failure(kind="infeasible", message="not run")
     nothing = [
-        add_trial(study, config(8), value=1.0, **{DUPLICATE_OF: 0}),
-        add_trial(study, config(8), state=TrialState.PRUNED, **{BOUNDED: "not run"}),
+        add_trial(study, config(8), value=1.0, **{Attr.DUPLICATE_OF: 0}),
+        add_trial(study, config(8), state=TrialState.PRUNED, **{Attr.BOUNDED: "not run"}),
         add_trial(study, config(8), state=TrialState.FAIL, failure=infeasible),
     ]
     something = [
@@ -415,8 +404,8 @@ def test_embedded_confirming_rounds_turn_their_order_every_other_round(monkeypat
     assert probed == [8, 16, 32, 32, 16, 8, 8, 16, 32]
     assert len(set(groups)) == 3
     for group, batches in zip(groups, ([8, 16, 32], [32, 16, 8], [8, 16, 32]), strict=True):
-        trials = [t for t in plan.study.trials if t.user_attrs[GROUP] == group]
-        assert [t.user_attrs[SETTINGS]["batch_size"] for t in trials] == batches
+        trials = [t for t in plan.study.trials if t.user_attrs[Attr.GROUP] == group]
+        assert [t.user_attrs[Attr.SETTINGS]["batch_size"] for t in trials] == batches
         assert all(t.state == TrialState.COMPLETE for t in trials)
 
 
@@ -499,7 +488,10 @@ def test_a_neighbour_of_the_best_is_queued_in_place_of_a_repeat() -> None:
     measured = measured_keys(study.get_trials(deepcopy=False), space)
     UnmeasuredProposer(space, None, 0.03, seed=0).queue(study, measured)
     [waiting] = queued(study)
-    assert waiting.user_attrs == {ROLE: "explore", PROPOSED_BY: f"neighbour of #{best.number}"}
+    assert waiting.user_attrs == {
+        Attr.ROLE: "explore",
+        Attr.PROPOSED_BY: f"neighbour of #{best.number}",
+    }
     assert next_config(study, space) == config(32)
 
 
@@ -507,7 +499,7 @@ def test_nothing_is_queued_while_something_new_is_queued_already() -> None:
     space = batches_space()
     study = optuna.create_study(direction="maximize")
     add_trial(study, config(16), value=200.0)
-    study.enqueue_trial(space.params(config(128)), user_attrs={ROLE: "explore"})
+    study.enqueue_trial(space.params(config(128)), user_attrs={Attr.ROLE: "explore"})
     UnmeasuredProposer(space, None, 0.03, seed=0).queue(study, {config(16).key()})
     assert len(queued(study)) == 1
     assert next_config(study, space) == config(128)
@@ -519,7 +511,7 @@ def test_with_no_best_yet_any_unmeasured_config_is_queued() -> None:
     add_trial(study, config(16), state=TrialState.FAIL, failure=OOM)
     UnmeasuredProposer(space, None, 0.03, seed=0).queue(study, {config(16).key()})
     [waiting] = queued(study)
-    assert waiting.user_attrs[PROPOSED_BY] == "unmeasured"
+    assert waiting.user_attrs[Attr.PROPOSED_BY] == "unmeasured"
     assert next_config(study, space) != config(16)
 
 
@@ -626,8 +618,8 @@ def test_probed_trials_are_explored_ones_that_ran_their_probe() -> None:
     study = optuna.create_study()
     add_trial(study, config(8), value=1.0)
     add_trial(study, config(16), state=TrialState.PRUNED, steps={1: 1.0})
-    add_trial(study, config(8), value=1.0, **{DUPLICATE_OF: 0})
-    add_trial(study, config(32), state=TrialState.PRUNED, **{BOUNDED: "not run"})
+    add_trial(study, config(8), value=1.0, **{Attr.DUPLICATE_OF: 0})
+    add_trial(study, config(32), state=TrialState.PRUNED, **{Attr.BOUNDED: "not run"})
     add_trial(study, config(8), value=1.0, role="confirm")
     add_trial(study, config(64), state=TrialState.FAIL, failure=OOM)
     assert probed_count(study.get_trials(deepcopy=False)) == 2
@@ -641,8 +633,8 @@ def test_exploration_ends_once_patience_trials_after_the_warm_starts_beat_nothin
     # a config ruled out (neither counts): none beat 1,000 by more than 3%.
     add_trial(study, config(16), value=1020.0)
     add_trial(study, config(16), state=TrialState.PRUNED, steps={1: 700.0})
-    add_trial(study, config(8), value=1200.0, **{DUPLICATE_OF: 1})
-    add_trial(study, config(32), state=TrialState.PRUNED, **{BOUNDED: "not run"})
+    add_trial(study, config(8), value=1200.0, **{Attr.DUPLICATE_OF: 1})
+    add_trial(study, config(32), state=TrialState.PRUNED, **{Attr.BOUNDED: "not run"})
     for _ in range(PATIENCE - 3):
         add_trial(study, config(64), value=800.0)
     assert stalled(study, tolerance=0.03, warm_starts=2) is None  # one short
@@ -688,7 +680,7 @@ def reaching(
     after each of ``windows`` windows."""
     trial = study.ask()
     if warm_start:
-        trial.set_user_attr(PROPOSED_BY, WARM_START)
+        trial.set_user_attr(Attr.PROPOSED_BY, WARM_START)
     for step in range(1, windows + 1):
         trial.report(value, step)
     return study._storage.get_trial(trial._trial_id)
@@ -733,7 +725,7 @@ def test_warm_starts_are_queued_as_such_the_first_time_a_study_explores() -> Non
     plan = dataclasses.replace(explore_plan(study), warm_starts=(config(8),))
     enqueue_warm_starts(plan)
     (waiting,) = study.get_trials(states=(TrialState.WAITING,))
-    assert waiting.user_attrs == {ROLE: "explore", PROPOSED_BY: WARM_START}
+    assert waiting.user_attrs == {Attr.ROLE: "explore", Attr.PROPOSED_BY: WARM_START}
     enqueue_warm_starts(plan)  # the study has trials: nothing queued again
     assert len(study.trials) == 1
 
@@ -753,7 +745,7 @@ def test_a_trial_that_ran_every_window_is_not_pruned_at_the_last_one() -> None:
 def test_repeats_and_given_configs_do_not_compete_at_the_rungs() -> None:
     study = optuna.create_study(direction="maximize")
     add_trial(study, role="confirm", value=1000, steps={1: 1000})
-    add_trial(study, value=1000, steps={1: 1000}, **{DUPLICATE_OF: 0})
+    add_trial(study, value=1000, steps={1: 1000}, **{Attr.DUPLICATE_OF: 0})
     assert not StudyRungs(1, 3, 9).prune(study, reaching(study, 100))
 
 
@@ -806,10 +798,10 @@ def run_trial(
     if role == "explore":
         for _ in queued(study):  # a proposal the rules queued: the test chooses instead
             study.tell(study.ask(), state=TrialState.FAIL)
-        study.enqueue_trial(rules.plan.space.params(settings), user_attrs={ROLE: role})
+        study.enqueue_trial(rules.plan.space.params(settings), user_attrs={Attr.ROLE: role})
         trial = study.ask()
     else:
-        trial = fixed_trial(study, {ROLE: role, SETTINGS: settings.to_dict()})
+        trial = fixed_trial(study, {Attr.ROLE: role, Attr.SETTINGS: settings.to_dict()})
     role, proposed = rules.begin(trial)
     assert proposed == settings
     outcome = rules.settled(trial, proposed, role)
@@ -827,26 +819,26 @@ def test_a_repeat_is_settled_unprobed_and_an_unmeasured_neighbour_queued() -> No
     first, _ = run_trial(rules, config(16), ran(200))
     again, stop = run_trial(rules, config(16), not_probed)
     assert (again.state, again.value) == (TrialState.COMPLETE, 200.0)
-    assert again.user_attrs[DUPLICATE_OF] == first.number
-    assert again.user_attrs[BACKEND] == "optuna"
+    assert again.user_attrs[Attr.DUPLICATE_OF] == first.number
+    assert again.user_attrs[Attr.BACKEND] == "optuna"
     assert not stop
     [waiting] = queued(rules.plan.study)
-    assert waiting.user_attrs[PROPOSED_BY] == f"neighbour of #{first.number}"
+    assert waiting.user_attrs[Attr.PROPOSED_BY] == f"neighbour of #{first.number}"
 
 
 def test_out_of_memory_rules_out_larger_batches_then_and_after_a_restart() -> None:
     study = optuna.create_study(direction="maximize")
     rules = TrialRules(explore_plan(study), exploring=True, backend="optuna")
     oom, _ = run_trial(rules, config(32), failed(OOM))
-    assert oom.state == TrialState.FAIL and oom.user_attrs[FAILURE]["kind"] == "oom"
+    assert oom.state == TrialState.FAIL and oom.user_attrs[Attr.FAILURE]["kind"] == "oom"
     # The same config again is ruled out (not a repeat of the failure): out of memory
     # comes first.
     same, _ = run_trial(rules, config(32), not_probed)
-    assert same.user_attrs[FAILURE]["kind"] == "infeasible"
-    assert DUPLICATE_OF not in same.user_attrs
+    assert same.user_attrs[Attr.FAILURE]["kind"] == "infeasible"
+    assert Attr.DUPLICATE_OF not in same.user_attrs
     resumed = TrialRules(explore_plan(study), exploring=True, backend="ray")
     larger, _ = run_trial(resumed, config(64), not_probed)
-    assert larger.user_attrs[FAILURE]["message"] == (
+    assert larger.user_attrs[Attr.FAILURE]["message"] == (
         f"not run: batch 64 > batch 32, which ran out of memory with the same settings in "
         f"trial #{oom.number}"
     )
@@ -861,9 +853,9 @@ def test_a_config_out_of_reach_is_pruned_unprobed_unless_it_is_to_be_measured() 
     run_trial(rules, config(128), ran(1200))
     slow, _ = run_trial(rules, config(8), not_probed)
     assert slow.state == TrialState.PRUNED
-    assert slow.user_attrs[BOUNDED].startswith("not run: the model alone trains 80")
+    assert slow.user_attrs[Attr.BOUNDED].startswith("not run: the model alone trains 80")
     confirm, _ = run_trial(rules, config(8), ran(70), role="confirm")
-    assert confirm.state == TrialState.COMPLETE and BOUNDED not in confirm.user_attrs
+    assert confirm.state == TrialState.COMPLETE and Attr.BOUNDED not in confirm.user_attrs
 
 
 def test_shared_memory_is_checked_only_where_the_probes_run(monkeypatch) -> None:
@@ -879,10 +871,10 @@ def test_shared_memory_is_checked_only_where_the_probes_run(monkeypatch) -> None
     monkeypatch.setattr(rules_module, "free_shm_bytes", lambda: 2**20)
     for backend, kind in (("optuna", "shm"), ("ray", None)):
         study = optuna.create_study(direction="maximize")
-        study.set_user_attr(META, {"workload": {"batch_bytes": 2**20, "batch_samples": 8}})
+        study.set_user_attr(Attr.META, {"workload": {"batch_bytes": 2**20, "batch_samples": 8}})
         rules = TrialRules(explore_plan(study, space), exploring=True, backend=backend)
         trial, _ = run_trial(rules, settings, ran(100))
-        assert (trial.user_attrs.get(FAILURE) or {}).get("kind") == kind
+        assert (trial.user_attrs.get(Attr.FAILURE) or {}).get("kind") == kind
 
 
 def test_a_failure_every_config_shares_stops_exploring_with_it() -> None:
@@ -899,7 +891,7 @@ def test_measuring_given_configs_never_stops_early_nor_reuses_a_measure() -> Non
         assert not stop
     assert rules.plan.fatal is None
     trial, _ = run_trial(rules, config(8), ran(100), role="confirm")
-    assert trial.state == TrialState.COMPLETE and DUPLICATE_OF not in trial.user_attrs
+    assert trial.state == TrialState.COMPLETE and Attr.DUPLICATE_OF not in trial.user_attrs
 
 
 def test_exploration_stops_once_every_config_is_measured() -> None:

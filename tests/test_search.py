@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 
 import autotune
 from autotune import ConfigError, StudyError
-from autotune.study import GROUP, ROLE, records
+from autotune.study import Attr, records
 
 
 def small_search(**options):
@@ -49,8 +49,8 @@ def test_a_search_saves_its_trials_and_returns_a_tuned_loader(workdir) -> None:
     # finalists.
     rounds: dict[str, list[str]] = {}
     for trial in study.trials:
-        if GROUP in trial.user_attrs:
-            rounds.setdefault(trial.user_attrs[GROUP], []).append(trial.user_attrs[ROLE])
+        if Attr.GROUP in trial.user_attrs:
+            rounds.setdefault(trial.user_attrs[Attr.GROUP], []).append(trial.user_attrs[Attr.ROLE])
     assert len(rounds) == result.rounds == 2
     for roles in rounds.values():
         assert roles.count("confirm") >= 1

@@ -15,17 +15,7 @@ from conftest import copy_of
 
 import autotune
 from autotune import StudyError
-from autotune.study import (
-    FAILURE,
-    OWNER,
-    RESULT,
-    Heartbeat,
-    StudyLocation,
-    fail_abandoned,
-    locate,
-    open_study,
-    owner,
-)
+from autotune.study import Attr, Heartbeat, StudyLocation, fail_abandoned, locate, open_study, owner
 
 
 def test_a_study_is_named_by_a_name_a_path_or_a_url() -> None:
@@ -88,7 +78,7 @@ def test_load_exported_json(saved_study: Path, tmp_path: Path) -> None:
 def test_an_unfinished_search_still_gives_settings(saved_study: Path, tmp_path: Path) -> None:
     path = copy_of(saved_study, tmp_path)
     study = optuna.load_study(study_name="small", storage=f"sqlite:///{path}")
-    study._storage.set_study_user_attr(study._study_id, RESULT, None)
+    study._storage.set_study_user_attr(study._study_id, Attr.RESULT, None)
     result = autotune.load(path)
     assert not result.confirmed
     assert result.baseline is None
@@ -107,7 +97,7 @@ def running(study: optuna.Study, who: dict | None, *, beat: bool = True) -> int:
         warnings.filterwarnings("ignore", message=".*Heartbeat of storage.*")
         trial = study.ask()
     if who is not None:
-        trial.set_user_attr(OWNER, who)
+        trial.set_user_attr(Attr.OWNER, who)
     if beat:
         study._storage.record_heartbeat(trial._trial_id)
     return trial._trial_id
@@ -136,7 +126,7 @@ def test_trials_of_a_search_gone_are_failed_with_why_and_only_those(tmp_path) ->
     left = {name for name, trial in trials.items() if trial.state.name == "RUNNING"}
     # A late heartbeat of a search alive here is not a death; no heartbeat ever, no clue.
     assert left == {"alive here", "elsewhere, never beat"}
-    notes = {name: trials[name].user_attrs[FAILURE] for name in trials.keys() - left}
+    notes = {name: trials[name].user_attrs[Attr.FAILURE] for name in trials.keys() - left}
     assert {note["kind"] for note in notes.values()} == {"interrupted"}
     assert notes["dead here"]["message"] == (
         f"the search running it (pid {2**22 + 1}) ended before it finished"

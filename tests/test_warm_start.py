@@ -14,7 +14,7 @@ from conftest import copy_of, quick
 import autotune
 from autotune import ConfigError, StudyError
 from autotune.cli import main
-from autotune.study import META, PROPOSED_BY, RESULT, STARTS, WARM_START, records
+from autotune.study import WARM_START, Attr, records
 
 SPACE = {"num_workers": [0, 1, 2], "threads": 1, "batch_size": [8, 16]}
 """The space of the shared small study (conftest's ``small_study``)."""
@@ -44,7 +44,7 @@ def test_a_second_search_measures_the_earlier_answer_again_and_ends_there(
 ) -> None:
     path = copy_of(saved_study, workdir)
     before = load(path)
-    first = autotune.SearchResult.from_dict(before.user_attrs[RESULT])
+    first = autotune.SearchResult.from_dict(before.user_attrs[Attr.RESULT])
     assert first.confirmed and not first.is_default
     count = len(before.trials)
     result, lines = search_like_the_small_study(path)
@@ -59,11 +59,11 @@ def test_a_second_search_measures_the_earlier_answer_again_and_ends_there(
     assert result.settings == first.settings
     assert result.rounds == first.rounds + 1
     assert result.speedup_rounds[:-1] == first.speedup_rounds
-    assert after.user_attrs[RESULT]["rounds"] == first.rounds + 1
+    assert after.user_attrs[Attr.RESULT]["rounds"] == first.rounds + 1
     # Its time is this search's: the preflight and the recheck, nothing explored.
     assert result.search_time is not None and result.search_time.continued
     assert [name for name, _ in result.search_time.stages] == ["preflight", "recheck"]
-    (start,) = after.user_attrs[STARTS]
+    (start,) = after.user_attrs[Attr.STARTS]
     assert start["held"] is True and start["source"] == "earlier answer"
 
     assert main(["show", str(path)]) == 0
@@ -74,10 +74,10 @@ def test_a_second_search_measures_the_earlier_answer_again_and_ends_there(
 def test_an_earlier_answer_that_no_longer_holds_sends_the_search_on(saved_study, workdir) -> None:
     path = copy_of(saved_study, workdir)
     study = load(path)
-    saved = dict(study.user_attrs[RESULT])
+    saved = dict(study.user_attrs[Attr.RESULT])
     # Earlier rounds that predicted a speedup no loader of this workload reaches.
     saved["speedup_rounds"] = [400.0, 500.0]
-    study.set_user_attr(RESULT, saved)
+    study.set_user_attr(Attr.RESULT, saved)
     explored = sum(r.role == "explore" and r.probed for r in records(study))
 
     _, lines = search_like_the_small_study(path)
@@ -85,15 +85,15 @@ def test_an_earlier_answer_that_no_longer_holds_sends_the_search_on(saved_study,
     assert "explore: 2 trials" in lines
     after = load(path)
     assert sum(r.role == "explore" and r.probed for r in records(after)) == explored + 2
-    assert after.user_attrs[RESULT]["speedup_rounds"] != [400.0, 500.0]
-    (start,) = after.user_attrs[STARTS]
+    assert after.user_attrs[Attr.RESULT]["speedup_rounds"] != [400.0, 500.0]
+    (start,) = after.user_attrs[Attr.STARTS]
     assert start["held"] is False
 
 
 def with_machine(study: optuna.Study, **changes: object) -> None:
-    meta = dict(study.user_attrs[META])
+    meta = dict(study.user_attrs[Attr.META])
     meta["machine"] = {**meta["machine"], **changes}
-    study.set_user_attr(META, meta)
+    study.set_user_attr(Attr.META, meta)
 
 
 def test_a_study_of_another_torch_seeds_a_new_study_with_its_finalists(
@@ -110,11 +110,11 @@ def test_a_study_of_another_torch_seeds_a_new_study_with_its_finalists(
     _, lines = search_like_the_small_study(new, warm_from=(str(old),))
     assert "warm start: the " in lines
     assert "(the same workload, measured with torch 0.0-another -> " in lines
-    earlier = autotune.SearchResult.from_dict(load(old).user_attrs[RESULT])
+    earlier = autotune.SearchResult.from_dict(load(old).user_attrs[Attr.RESULT])
     first = records(load(new))[0]
     assert first.settings == earlier.settings  # the earlier choice first
-    assert load(new).trials[0].user_attrs[PROPOSED_BY] == WARM_START
-    (start,) = load(new).user_attrs[STARTS]
+    assert load(new).trials[0].user_attrs[Attr.PROPOSED_BY] == WARM_START
+    (start,) = load(new).user_attrs[Attr.STARTS]
     assert start["source"] == f"study 'copy' in {old}"
 
     assert main(["show", str(new)]) == 0
@@ -126,12 +126,12 @@ def test_a_warm_start_needs_a_near_machine_and_a_new_study(saved_study, workdir)
     with pytest.raises(ConfigError, match="is the study this search adds to"):
         search_like_the_small_study(old, warm_from=(str(old),))
     study = load(old)
-    cpus = study.user_attrs[META]["machine"]["cpus"]
+    cpus = study.user_attrs[Attr.META]["machine"]["cpus"]
     with_machine(study, cpus=cpus + 6)
     # A far machine is passed over, saying why; the search goes on without it.
     _, lines = search_like_the_small_study(workdir / "new.db", warm_from=(str(old),))
     assert f"other CPUs or GPUs (CPUs {cpus + 6} -> {cpus}) (passed over)" in lines
-    assert not load(workdir / "new.db").user_attrs.get(STARTS)
+    assert not load(workdir / "new.db").user_attrs.get(Attr.STARTS)
     with_machine(study, cpus=cpus)
     (workdir / "other").mkdir()
     other = copy_of(saved_study, workdir / "other")

@@ -32,7 +32,7 @@ from autotune._noise import half_range
 from autotune.decide._confirm import measured_rounds
 from autotune.decide._rounds import gather
 from autotune.settings._settings import Settings
-from autotune.study import GROUP, POSITION, SETTINGS
+from autotune.study import Attr
 
 
 def spreads(study: optuna.Study) -> tuple[list[float], list[float]] | None:
@@ -41,16 +41,16 @@ def spreads(study: optuna.Study) -> tuple[list[float], list[float]] | None:
     trials = [
         t
         for t in study.get_trials(deepcopy=False)
-        if GROUP in t.user_attrs and isinstance(t.user_attrs.get(POSITION), int)
+        if Attr.GROUP in t.user_attrs and isinstance(t.user_attrs.get(Attr.POSITION), int)
     ]
     if not trials:
         return None
     first: dict[str, int] = {}
     order: dict[int, Settings] = {}
     for trial in trials:
-        group = str(trial.user_attrs[GROUP])
+        group = str(trial.user_attrs[Attr.GROUP])
         first[group] = min(first.get(group, trial.number), trial.number)
-        order[trial.user_attrs[POSITION]] = Settings.from_dict(trial.user_attrs[SETTINGS])
+        order[trial.user_attrs[Attr.POSITION]] = Settings.from_dict(trial.user_attrs[Attr.SETTINGS])
     groups = sorted(first, key=first.__getitem__)
     layout = [order[p] for p in range(max(order) + 1)]
     found = measured_rounds(study, groups, len(layout))

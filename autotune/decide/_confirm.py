@@ -32,7 +32,7 @@ from autotune.progress import Progress
 from autotune.result import Confirmation
 from autotune.settings import Settings
 from autotune.space import Space
-from autotune.study import GROUP, POSITION, TrialRecord, records
+from autotune.study import Attr, TrialRecord, records
 
 _MEASURED = ("COMPLETE", "PRUNED")
 
@@ -505,14 +505,15 @@ def measured_rounds(
     index = {group: i for i, group in enumerate(groups)}
     found: list[list[Measurement | None]] = [[None] * len(groups) for _ in range(size)]
     for trial in study.get_trials(deepcopy=False):
-        round_index = index.get(str(trial.user_attrs.get(GROUP)))
+        round_index = index.get(str(trial.user_attrs.get(Attr.GROUP)))
         if round_index is None:
             continue
         record = TrialRecord.from_trial(trial)
         measurement = record.measurement
         if record.state != "COMPLETE" or record.failure is not None or measurement is None:
             continue
-        found[trial.user_attrs[POSITION]][round_index] = measurement  # every round's trial has one
+        # every round's trial has one
+        found[trial.user_attrs[Attr.POSITION]][round_index] = measurement
     return found
 
 

@@ -29,7 +29,7 @@ from autotune.probe import Measurement
 from autotune.progress import Progress
 from autotune.result import SearchResult
 from autotune.settings import Settings
-from autotune.study import RESULT, read_meta
+from autotune.study import Attr, read_meta
 
 ROUNDS = 1
 """Interleaved rounds of the recheck: the default loader, the earlier choice, the default."""
@@ -55,7 +55,7 @@ def earlier_answer(study: optuna.Study) -> SearchResult | None:
     """The result the last finished search of ``study`` saved when its choice was confirmed
     in rounds beside the default loader; None otherwise (no search finished, or its choice
     came from exploration figures alone)."""
-    saved = study.user_attrs.get(RESULT)
+    saved = study.user_attrs.get(Attr.RESULT)
     if not saved:
         return None
     result = SearchResult.from_dict(saved)

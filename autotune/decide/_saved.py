@@ -16,14 +16,14 @@ from autotune._noise import DEFAULT_TOLERANCE
 from autotune.decide._choose import Candidate, cheapest_within
 from autotune.machine import Machine
 from autotune.result import SearchResult
-from autotune.study import RESULT, StudyLocation, read_meta, records
+from autotune.study import Attr, StudyLocation, read_meta, records
 
 
 def result_of(study: optuna.Study, *, where: StudyLocation | None = None) -> SearchResult:
     """The study's saved result; for a search that never finished, the cheapest
     config within tolerance of its best trial (not re-measured, ``confirmed=False``)."""
     meta = read_meta(study)
-    saved = study.user_attrs.get(RESULT)
+    saved = study.user_attrs.get(Attr.RESULT)
     if saved:
         result = SearchResult.from_dict(saved)
         if not result.space and meta.get("space"):

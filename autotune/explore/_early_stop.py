@@ -31,7 +31,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune._format import format_rate
 from autotune.explore._bounds import Bounds
 from autotune.explore._trials import best_record
-from autotune.study import BOUNDED, DUPLICATE_OF, ROLE, TrialRecord
+from autotune.study import Attr, TrialRecord
 
 MAX_REPEATS = 10
 """Proposals in a row of configs already measured, after which exploration stops."""
@@ -75,9 +75,9 @@ def probed_count(trials: Iterable[FrozenTrial]) -> int:
         1
         for t in trials
         if t.state in (TrialState.COMPLETE, TrialState.PRUNED)
-        and t.user_attrs.get(ROLE, "explore") == "explore"
-        and DUPLICATE_OF not in t.user_attrs
-        and BOUNDED not in t.user_attrs
+        and t.user_attrs.get(Attr.ROLE, "explore") == "explore"
+        and Attr.DUPLICATE_OF not in t.user_attrs
+        and Attr.BOUNDED not in t.user_attrs
     )
 
 

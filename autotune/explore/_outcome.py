@@ -9,7 +9,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.probe import Failure, ProbeResult
-from autotune.study import FAILURE
+from autotune.study import Attr
 
 _MAX_TRACEBACK = 20_000
 """Characters of a failure's traceback kept on its trial: the end, where the error is."""
@@ -57,7 +57,7 @@ def record_failure(trial: optuna.Trial, failure: Failure) -> None:
     data = failure.to_dict()
     if data.get("traceback"):
         data["traceback"] = data["traceback"][-_MAX_TRACEBACK:]
-    trial.set_user_attr(FAILURE, data)
+    trial.set_user_attr(Attr.FAILURE, data)
 
 
 def record_interrupted(trial: optuna.Trial, message: str) -> Outcome:

@@ -52,7 +52,7 @@ from autotune.explore._rungs import StudyRungs
 from autotune.explore._trials import fixed_trial, report_windows
 from autotune.probe import Failure, Figures, ProbeResult, Window, ends_steady, steady_share
 from autotune.settings import Settings
-from autotune.study import NODE, Heartbeat, frozen_trial, id_in_storage, storage_of
+from autotune.study import Attr, Heartbeat, frozen_trial, id_in_storage, storage_of
 
 
 @dataclasses.dataclass
@@ -202,7 +202,7 @@ class TrialBook:
         if error is not None:
             failure = failure_of(error)
         if running.node is not None:
-            running.trial.set_user_attr(NODE, running.node)
+            running.trial.set_user_attr(Attr.NODE, running.node)
         report_windows(running.trial, running.figures, after=running.reported)
         windows = running.figures.windows
         request = dataclasses.replace(self.template, settings=running.settings)

@@ -20,15 +20,7 @@ from autotune.explore._outcome import Outcome
 from autotune.explore._trials import best_record, enqueue
 from autotune.settings import Settings
 from autotune.space import Space
-from autotune.study import (
-    BOUNDED,
-    DUPLICATE_OF,
-    FAILURE,
-    FIGURES,
-    PROPOSED_BY,
-    ROLE,
-    SETTINGS,
-)
+from autotune.study import Attr
 
 _ENUMERABLE = 20_000
 """Spaces up to this many configs are enumerated to find one not measured yet."""
@@ -38,11 +30,11 @@ _SETTLED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
 def _explored(attrs: Mapping[str, Any]) -> bool:
-    return bool(attrs.get(ROLE, "explore") == "explore")
+    return bool(attrs.get(Attr.ROLE, "explore") == "explore")
 
 
 def _may_pass_another_time(attrs: Mapping[str, Any]) -> bool:
-    failure = attrs.get(FAILURE) or {}
+    failure = attrs.get(Attr.FAILURE) or {}
     return failure.get("kind") in _MAY_PASS_ANOTHER_TIME
 
 
@@ -63,7 +55,7 @@ def earlier_trial(
             continue
         if not _explored(trial.user_attrs) or _may_pass_another_time(trial.user_attrs):
             continue
-        stored = trial.user_attrs.get(SETTINGS)
+        stored = trial.user_attrs.get(Attr.SETTINGS)
         if stored is not None and Settings.from_dict(stored).key() == key:
             return trial
     return None
@@ -82,8 +74,8 @@ def repeat_outcome(earlier: FrozenTrial) -> Outcome:
 def reuse(trial: optuna.Trial, earlier: FrozenTrial) -> Outcome:
     """Give ``trial`` the figures, failure or bound and the reported windows of
     ``earlier``, which measured the same config; how ``trial`` then ends."""
-    trial.set_user_attr(DUPLICATE_OF, earlier.number)
-    for attr in (FIGURES, FAILURE, BOUNDED):
+    trial.set_user_attr(Attr.DUPLICATE_OF, earlier.number)
+    for attr in (Attr.FIGURES, Attr.FAILURE, Attr.BOUNDED):
         if attr in earlier.user_attrs:
             trial.set_user_attr(attr, earlier.user_attrs[attr])
     for step, value in sorted(earlier.intermediate_values.items()):
@@ -97,8 +89,8 @@ def measured_keys(trials: Iterable[FrozenTrial], space: Space) -> set[str]:
     keys = set()
     for trial in trials:
         attrs = trial.user_attrs
-        if _explored(attrs) and SETTINGS in attrs and not _may_pass_another_time(attrs):
-            settings = Settings.from_dict(attrs[SETTINGS])
+        if _explored(attrs) and Attr.SETTINGS in attrs and not _may_pass_another_time(attrs):
+            settings = Settings.from_dict(attrs[Attr.SETTINGS])
             if space.contains(settings):
                 keys.add(settings.key())
     return keys
@@ -148,4 +140,8 @@ class UnmeasuredProposer:
         unmeasured = within_reach(unmeasured, self.bounds, best_value, self.tolerance)
         if unmeasured:
             origin = f"neighbour of #{best.number}" if best is not None else "unmeasured"
-            enqueue(study, self.space.params(unmeasured[0]), {ROLE: "explore", PROPOSED_BY: origin})
+            enqueue(
+                study,
+                self.space.params(unmeasured[0]),
+                {Attr.ROLE: "explore", Attr.PROPOSED_BY: origin},
+            )

@@ -54,19 +54,7 @@ from autotune.explore._trials import best_record
 from autotune.probe import Failure, ProbeResult
 from autotune.settings import Settings
 from autotune.space import Space, TrialLike
-from autotune.study import (
-    BACKEND,
-    BOUNDED,
-    FIGURES,
-    GROUP,
-    META,
-    OWNER,
-    ROLE,
-    SETTINGS,
-    TrialRecord,
-    fail_abandoned,
-    owner,
-)
+from autotune.study import Attr, TrialRecord, fail_abandoned, owner
 
 
 class ProposedTrial(TrialLike, Protocol):
@@ -118,20 +106,20 @@ class TrialRules:
         self._failed_rounds: dict[str, tuple[int, str]] = {}
         """By config: the trial of the first confirming round its probe failed in, and
         that round's group."""
-        self.bytes_per_sample = bytes_per_sample(plan.study.user_attrs.get(META))
+        self.bytes_per_sample = bytes_per_sample(plan.study.user_attrs.get(Attr.META))
 
     # ----------------------------------------------------------------- one trial
     def begin(self, trial: ProposedTrial) -> tuple[str, Settings]:
         """The trial's role and config: sampled when exploring, given otherwise."""
-        trial.set_user_attr(OWNER, owner())
-        role = str(trial.user_attrs.get(ROLE, "explore"))
+        trial.set_user_attr(Attr.OWNER, owner())
+        role = str(trial.user_attrs.get(Attr.ROLE, "explore"))
         if role == "explore":
             settings = self.space.sample(trial)
-            trial.set_user_attr(ROLE, role)
+            trial.set_user_attr(Attr.ROLE, role)
         else:
-            settings = Settings.from_dict(trial.user_attrs[SETTINGS])
-        trial.set_user_attr(SETTINGS, settings.to_dict())
-        trial.set_user_attr(BACKEND, self.backend)
+            settings = Settings.from_dict(trial.user_attrs[Attr.SETTINGS])
+        trial.set_user_attr(Attr.SETTINGS, settings.to_dict())
+        trial.set_user_attr(Attr.BACKEND, self.backend)
         return role, settings
 
     def settled(self, trial: optuna.Trial, settings: Settings, role: str) -> Outcome | None:
@@ -165,13 +153,13 @@ class TrialRules:
                 self.plan.study, settings, self.plan.bounds, self.plan.options.tolerance
             )
             if reason is not None:
-                trial.set_user_attr(BOUNDED, reason)
+                trial.set_user_attr(Attr.BOUNDED, reason)
                 return Outcome(TrialState.PRUNED, reason=reason)
         return None
 
     def conclude(self, trial: optuna.Trial, settings: Settings, result: ProbeResult) -> Outcome:
         """Record a probe's figures (and failure) on its trial; how the trial ends."""
-        trial.set_user_attr(FIGURES, result.figures.to_dict())
+        trial.set_user_attr(Attr.FIGURES, result.figures.to_dict())
         if result.failure is not None:
             record_failure(trial, result.failure)
             if result.failure.kind == "oom":
@@ -209,7 +197,7 @@ class TrialRules:
     def _failed_before(self, trial: optuna.Trial, settings: Settings, role: str) -> Failure | None:
         """Why a finalist is not measured in this confirming round: it failed in an
         earlier one, and a config with a failed round is not chosen; None if it may run."""
-        group = trial.user_attrs.get(GROUP)
+        group = trial.user_attrs.get(Attr.GROUP)
         with self._lock:
             failed = self._failed_rounds.get(settings.key())
         if role != "confirm" or group is None or failed is None or failed[1] == group:
@@ -275,7 +263,7 @@ class TrialRules:
 
     def _note_failed_round(self, record: TrialRecord, frozen: FrozenTrial) -> None:
         """Remember a finalist whose probe failed in a confirming round."""
-        group = frozen.user_attrs.get(GROUP)
+        group = frozen.user_attrs.get(Attr.GROUP)
         if (
             record.role == "confirm"
             and group is not None

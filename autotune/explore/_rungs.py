@@ -42,7 +42,7 @@ from collections.abc import Iterable
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.study import DUPLICATE_OF, PROPOSED_BY, ROLE, WARM_START
+from autotune.study import WARM_START, Attr
 from autotune.workload import SearchOptions
 
 
@@ -81,7 +81,7 @@ class StudyRungs(optuna.pruners.BasePruner):
             return True
         if step >= self.max_windows:
             return False  # every window run: nothing left to save
-        if step == self.min_windows and trial.user_attrs.get(PROPOSED_BY) == WARM_START:
+        if step == self.min_windows and trial.user_attrs.get(Attr.PROPOSED_BY) == WARM_START:
             return False
         others = rung_values(study.get_trials(deepcopy=False), step, but=trial.number)
         return not promoted(value, others, self.reduction_factor)
@@ -101,7 +101,7 @@ def rung_values(trials: Iterable[FrozenTrial], windows: int, *, but: int) -> lis
         if trial.number == but or trial.state == TrialState.WAITING:
             continue
         attrs = trial.user_attrs
-        if attrs.get(ROLE, "explore") != "explore" or DUPLICATE_OF in attrs:
+        if attrs.get(Attr.ROLE, "explore") != "explore" or Attr.DUPLICATE_OF in attrs:
             continue
         value = trial.intermediate_values.get(windows)
         if value is not None and not math.isnan(value):

@@ -13,18 +13,7 @@ from optuna.trial import TrialState
 from autotune.explore._backend import ExplorePlan
 from autotune.probe import Figures
 from autotune.settings import Settings
-from autotune.study import (
-    GROUP,
-    OWNER,
-    POSITION,
-    PROPOSED_BY,
-    ROLE,
-    SETTINGS,
-    WARM_START,
-    TrialRecord,
-    new_trial,
-    owner,
-)
+from autotune.study import WARM_START, Attr, TrialRecord, new_trial, owner
 
 
 def report_windows(trial: optuna.Trial, figures: Figures, *, after: int = 0) -> None:
@@ -59,7 +48,7 @@ def enqueue_warm_starts(plan: ExplorePlan) -> None:
         return
     for settings in plan.warm_starts:
         if plan.space.contains(settings):
-            attrs = {ROLE: "explore", PROPOSED_BY: WARM_START}
+            attrs: dict[str, Any] = {Attr.ROLE: "explore", Attr.PROPOSED_BY: WARM_START}
             enqueue(plan.study, plan.space.params(settings), attrs)
 
 
@@ -77,8 +66,13 @@ def group_attrs(
     taken within a round would carry it. Reversed every other round, a steady drift
     favours each config in one round as much as it costs it in the next."""
     group = uuid.uuid4().hex
-    attrs = [
-        {ROLE: role, SETTINGS: config.to_dict(), GROUP: group, POSITION: position}
+    attrs: list[dict[str, Any]] = [
+        {
+            Attr.ROLE: role,
+            Attr.SETTINGS: config.to_dict(),
+            Attr.GROUP: group,
+            Attr.POSITION: position,
+        }
         for position, (config, role) in enumerate(zip(settings, roles, strict=True))
     ]
     return group, attrs if round_number % 2 else attrs[::-1]
@@ -92,6 +86,6 @@ def fixed_trial(study: optuna.Study, attrs: dict[str, Any]) -> optuna.Trial:
     measured by the wrong search or stage, and missed by the one that wanted it."""
     # Owned from the start: a search killed before the trial began leaves it abandoned.
     template = optuna.trial.create_trial(
-        state=TrialState.RUNNING, user_attrs={**attrs, OWNER: owner()}
+        state=TrialState.RUNNING, user_attrs={**attrs, Attr.OWNER: owner()}
     )
     return new_trial(study, template)

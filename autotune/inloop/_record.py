@@ -23,13 +23,8 @@ from autotune.probe import Figures, Measurement, Window
 from autotune.result import SearchResult
 from autotune.settings import Settings
 from autotune.study import (
-    BACKEND,
-    FIGURES,
-    META,
-    RESULT,
-    ROLE,
-    SETTINGS,
     STUDY_FORMAT,
+    Attr,
     StudyLocation,
     locate,
     open_study,
@@ -78,7 +73,7 @@ def check_recordable(target: str | Path) -> StudyLocation:
     if not where.exists():
         return where
     try:
-        saved = open_study(where, create=False).user_attrs.get(RESULT) or {}
+        saved = open_study(where, create=False).user_attrs.get(Attr.RESULT) or {}
     except StudyError as error:
         if "holds no study" not in str(error):
             raise
@@ -104,7 +99,7 @@ def record_choice(where: StudyLocation, choice: Choice, *, trials: bool = True) 
     """
     study = open_study(where, create=True)
     if not read_meta(study):
-        study.set_user_attr(META, _meta(choice))
+        study.set_user_attr(Attr.META, _meta(choice))
     with quiet_optuna():
         for measurement in choice.measured if trials else ():
             study.add_trial(_trial(measurement, measurement is choice.baseline))
@@ -121,7 +116,7 @@ def record_choice(where: StudyLocation, choice: Choice, *, trials: bool = True) 
         study_path=str(where),
         study_name=study.study_name,
     )
-    study.set_user_attr(RESULT, result.to_dict())
+    study.set_user_attr(Attr.RESULT, result.to_dict())
     settle(where)
     return result
 
@@ -143,10 +138,10 @@ def _trial(measurement: Measurement, baseline: bool) -> optuna.trial.FrozenTrial
         state=TrialState.COMPLETE,
         value=measurement.samples_per_s,
         user_attrs={
-            ROLE: "baseline" if baseline else ROLE_ONLINE,
-            SETTINGS: measurement.settings.to_dict(),
-            FIGURES: measurement.figures.to_dict(),
-            BACKEND: ROLE_ONLINE,
+            Attr.ROLE: "baseline" if baseline else ROLE_ONLINE,
+            Attr.SETTINGS: measurement.settings.to_dict(),
+            Attr.FIGURES: measurement.figures.to_dict(),
+            Attr.BACKEND: ROLE_ONLINE,
         },
     )
 

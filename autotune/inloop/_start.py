@@ -16,7 +16,7 @@ from autotune._errors import ConfigError
 from autotune.decide import result_of
 from autotune.result import SearchResult
 from autotune.settings import Settings
-from autotune.study import RESULT, locate, open_study
+from autotune.study import Attr, locate, open_study
 
 StudySource = str | Path | SearchResult
 """A study file (or name) or storage URL, settings exported as JSON, or a SearchResult."""
@@ -100,7 +100,7 @@ def _saved_settings(source: StudySource) -> tuple[dict[str, Any], str]:
         return _settings_of(data, str(path)), str(path)
     where = locate(source, None)
     study = open_study(where, create=False)
-    saved = study.user_attrs.get(RESULT)
+    saved = study.user_attrs.get(Attr.RESULT)
     if saved:
         # Read raw, not through SearchResult: a bad value is reported with its study.
         return _settings_of(saved, str(where)), str(where)

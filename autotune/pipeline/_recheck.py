@@ -11,7 +11,7 @@ from autotune.pipeline._starts import record_start
 from autotune.pipeline._state import SearchState
 from autotune.pipeline._summary import summary
 from autotune.result import SearchResult
-from autotune.study import RESULT
+from autotune.study import Attr
 
 
 def recheck_earlier_answer(state: SearchState) -> SearchResult | None:
@@ -43,6 +43,6 @@ def recheck_earlier_answer(state: SearchState) -> SearchResult | None:
         search_time=state.progress.stop(continued=True),
         budget=state.budget().plan,
     )
-    plan.study.set_user_attr(RESULT, result.to_dict())
+    plan.study.set_user_attr(Attr.RESULT, result.to_dict())
     state.progress.phase(Stage.DONE, summary(result))
     return result

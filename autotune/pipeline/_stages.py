@@ -46,7 +46,7 @@ from autotune.pipeline._usual_starts import usual_starts
 from autotune.result import SearchResult
 from autotune.settings import Settings
 from autotune.space import default_max_workers, fit_to_step
-from autotune.study import META, RESULT, check_same_workload, study_meta
+from autotune.study import Attr, check_same_workload, study_meta
 
 CEILING_PROBES = 5
 """At most: compute and data of the winner and of the default loader, and the loader limit."""
@@ -71,7 +71,7 @@ def run_preflight(state: SearchState) -> None:
             state.info,
             state.placement,
         )
-        state.study.set_user_attr(META, entry)
+        state.study.set_user_attr(Attr.META, entry)
     shape = search_shape(
         state.options,
         info=state.info,
@@ -248,7 +248,7 @@ def run_done(state: SearchState) -> None:
         budget=state.budget().plan,
         **confirmed.confirmation(),
     )
-    state.study.set_user_attr(RESULT, result.to_dict())
+    state.study.set_user_attr(Attr.RESULT, result.to_dict())
     state.progress.phase(Stage.DONE, summary(result))
     state.result = result
 

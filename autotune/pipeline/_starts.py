@@ -25,7 +25,7 @@ from autotune.pipeline._state import SearchState
 from autotune.settings import Settings
 from autotune.space import Space
 from autotune.study import (
-    STARTS,
+    Attr,
     StudyLocation,
     locate,
     open_study,
@@ -191,7 +191,7 @@ def _same_storage(one: StudyLocation, other: StudyLocation) -> bool:
 
 def record_start(study: optuna.Study, entry: Mapping[str, Any]) -> None:
     """Add ``entry`` (where this search started) to the study's list of starts."""
-    starts = list(study.user_attrs.get(STARTS) or [])
+    starts = list(study.user_attrs.get(Attr.STARTS) or [])
     stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     starts.append({"at": stamp, **entry})
-    study.set_user_attr(STARTS, starts)
+    study.set_user_attr(Attr.STARTS, starts)

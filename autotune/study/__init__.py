@@ -2,25 +2,7 @@
 database server), the one record a trial is read back as, and which study a search may
 add to (the fingerprint)."""
 
-from autotune.study._attrs import (
-    BACKEND,
-    BOUNDED,
-    DUPLICATE_OF,
-    FAILURE,
-    FIGURES,
-    GROUP,
-    META,
-    NODE,
-    OWNER,
-    POSITION,
-    PROPOSED_BY,
-    RESULT,
-    ROLE,
-    SETTINGS,
-    STARTS,
-    STUDY_FORMAT,
-    WARM_START,
-)
+from autotune.study._attrs import STUDY_FORMAT, WARM_START, Attr
 from autotune.study._fingerprint import (
     check_same_workload,
     seed_differences,
@@ -49,23 +31,9 @@ from autotune.study._study import (
 )
 
 __all__ = [
-    "BACKEND",
-    "BOUNDED",
-    "DUPLICATE_OF",
-    "FAILURE",
-    "FIGURES",
-    "GROUP",
-    "META",
-    "NODE",
-    "OWNER",
-    "POSITION",
-    "PROPOSED_BY",
-    "RESULT",
-    "ROLE",
-    "SETTINGS",
-    "STARTS",
     "STUDY_FORMAT",
     "WARM_START",
+    "Attr",
     "Heartbeat",
     "StudyLocation",
     "TrialRecord",

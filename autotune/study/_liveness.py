@@ -23,7 +23,7 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.probe import Failure
-from autotune.study._attrs import FAILURE, OWNER
+from autotune.study._attrs import Attr
 from autotune.study._optuna_private import (
     StaleFilteringStorage,
     backing_storage,
@@ -105,7 +105,7 @@ def _abandoned(trial: FrozenTrial, *, grace: float | None) -> Failure | None:
     tell: ``grace`` is given when it went stale (no heartbeat for that long; a trial
     that never had one, from a search that did not beat, is never taken as stale).
     """
-    who = trial.user_attrs.get(OWNER)
+    who = trial.user_attrs.get(Attr.OWNER)
     if isinstance(who, dict) and who.get("host") == socket.gethostname():
         if _alive(who):
             return None
@@ -131,7 +131,7 @@ def _note_abandoned(
     if failure is None:
         return False
     try:
-        storage.set_trial_user_attr(id_in_storage(trial), FAILURE, failure.to_dict())
+        storage.set_trial_user_attr(id_in_storage(trial), Attr.FAILURE, failure.to_dict())
     except UpdateFinishedTrialError:
         return False  # another search ended it first
     return True

@@ -20,17 +20,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune._errors import StudyError
 from autotune.probe import Failure, Figures, Measurement
 from autotune.settings import Settings
-from autotune.study._attrs import (
-    BACKEND,
-    BOUNDED,
-    DUPLICATE_OF,
-    FAILURE,
-    FIGURES,
-    META,
-    ROLE,
-    SETTINGS,
-    STUDY_FORMAT,
-)
+from autotune.study._attrs import STUDY_FORMAT, Attr
 from autotune.study._location import StudyLocation
 from autotune.study._sqlite import checkpoint
 from autotune.study._storage import explain, open_storage
@@ -99,7 +89,7 @@ def open_study(location: StudyLocation, *, create: bool) -> optuna.Study:
 
 def read_meta(study: optuna.Study) -> dict[str, Any]:
     """The study's autotune attributes; checks the format is one this version reads."""
-    meta: dict[str, Any] = dict(study.user_attrs.get(META) or {})
+    meta: dict[str, Any] = dict(study.user_attrs.get(Attr.META) or {})
     fmt = meta.get("format", STUDY_FORMAT)
     if isinstance(fmt, int) and fmt > STUDY_FORMAT:
         raise StudyError(
@@ -161,9 +151,9 @@ class TrialRecord:
     @classmethod
     def from_trial(cls, trial: FrozenTrial) -> TrialRecord:
         attrs = trial.user_attrs
-        settings = Settings.from_dict(attrs[SETTINGS]) if SETTINGS in attrs else None
-        figures = Figures.from_dict(attrs[FIGURES]) if FIGURES in attrs else None
-        failure = Failure.from_dict(attrs[FAILURE]) if FAILURE in attrs else None
+        settings = Settings.from_dict(attrs[Attr.SETTINGS]) if Attr.SETTINGS in attrs else None
+        figures = Figures.from_dict(attrs[Attr.FIGURES]) if Attr.FIGURES in attrs else None
+        failure = Failure.from_dict(attrs[Attr.FAILURE]) if Attr.FAILURE in attrs else None
         value: float | None = trial.value
         if value is None and trial.state == TrialState.PRUNED and trial.intermediate_values:
             value = trial.intermediate_values[max(trial.intermediate_values)]
@@ -171,15 +161,15 @@ class TrialRecord:
         return cls(
             number=trial.number,
             state=trial.state.name,
-            role=str(attrs.get(ROLE, "explore")),
+            role=str(attrs.get(Attr.ROLE, "explore")),
             settings=settings,
             value=value,
             figures=figures,
             failure=failure,
             duration_s=duration,
-            duplicate_of=attrs.get(DUPLICATE_OF),
-            bounded=attrs.get(BOUNDED),
-            backend=attrs.get(BACKEND),
+            duplicate_of=attrs.get(Attr.DUPLICATE_OF),
+            bounded=attrs.get(Attr.BOUNDED),
+            backend=attrs.get(Attr.BACKEND),
         )
 
 
