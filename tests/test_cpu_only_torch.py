@@ -12,7 +12,7 @@ from autotune import ConfigError, SpaceError
 from autotune.machine import _gpus
 from autotune.machine._gpus import discover, torch_has_cuda
 from autotune.machine._machine import Machine
-from autotune.probe._placement import plan_placement
+from autotune.probe._placement import Placement
 from autotune.space._space import build_space
 
 
@@ -24,7 +24,7 @@ def cpu_torch_on_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def place(**fields: object):
     arguments = {"device": None, "gpus": None, "ranks": None, **fields}
-    return plan_placement(**arguments, discovery=discover(), cpus=range(4), usable=4)
+    return Placement.plan(**arguments, discovery=discover(), cpus=range(4), usable=4)
 
 
 @pytest.mark.parametrize("device", [None, "cuda", "cuda:1"])

@@ -51,7 +51,7 @@ from autotune.probe import (
 from autotune.probe._build import EpochLoader, rank_sampler
 from autotune.probe._child import _stream
 from autotune.probe._measure import Warmth
-from autotune.probe._placement import PLACEMENT, plan_placement
+from autotune.probe._placement import PLACEMENT, Placement
 from autotune.progress._progress import QuietProgress
 from autotune.result._launch import ddp_code, lr_note, torchrun_line
 from autotune.settings._settings import Settings
@@ -60,10 +60,10 @@ from autotune.study._storage import open_storage
 from autotune.workload._options import SearchOptions
 from autotune.workload._workload import Workload
 
-TWO_CPU_RANKS = plan_placement(
+TWO_CPU_RANKS = Placement.plan(
     device="cpu", gpus=None, ranks=2, discovery=Discovery(gpus=()), cpus=[0, 1], usable=2
 )
-ONE_RANK = plan_placement(
+ONE_RANK = Placement.plan(
     device="cpu", gpus=None, ranks=1, discovery=Discovery(gpus=()), cpus=[0, 1], usable=2
 )
 

@@ -11,7 +11,7 @@ from fake_nvml import FakeGpu
 from autotune import ConfigError, SearchOptions
 from autotune.machine import detect_machine
 from autotune.machine._gpus import Gpu, discover, load_nvml, select
-from autotune.probe import ProbeRequest, Slot, SlotPool, WorkloadSource, plan_placement
+from autotune.probe import Placement, ProbeRequest, Slot, SlotPool, WorkloadSource
 from autotune.settings import Settings
 from autotune.space import build_space
 
@@ -107,7 +107,7 @@ def request() -> ProbeRequest:
 
 
 def test_each_gpu_rank_gets_its_gpu_and_a_disjoint_cpu_share(two_gpus) -> None:
-    placement = plan_placement(
+    placement = Placement.plan(
         device=None, gpus=None, ranks=None, discovery=discover(), cpus=range(16), usable=16
     )
     assert placement.ranks == 2 and placement.rank_cpus == 8
@@ -133,7 +133,7 @@ def test_each_gpu_rank_gets_its_gpu_and_a_disjoint_cpu_share(two_gpus) -> None:
 
 
 def test_one_selected_gpu_is_one_rank_with_every_cpu(two_gpus) -> None:
-    placement = plan_placement(
+    placement = Placement.plan(
         device=None, gpus="1", ranks=None, discovery=discover(), cpus=range(16), usable=16
     )
     assert placement.ranks == 1 and placement.visible == "1"
@@ -141,7 +141,7 @@ def test_one_selected_gpu_is_one_rank_with_every_cpu(two_gpus) -> None:
     pinned = slot.apply(request())
     assert pinned.cpus is None
     assert dict(pinned.env)["CUDA_VISIBLE_DEVICES"] == UUID_B
-    by_device = plan_placement(
+    by_device = Placement.plan(
         device="cuda:1", gpus=None, ranks=None, discovery=discover(), cpus=range(4), usable=4
     )
     assert [g.uuid for g in by_device.gpus] == [UUID_B]
@@ -157,7 +157,7 @@ def test_a_gpu_nvml_cannot_name_is_pinned_by_its_cuda_number() -> None:
 
 
 def test_cpu_ranks_split_the_cpus_this_process_may_use(two_gpus) -> None:
-    placement = plan_placement(
+    placement = Placement.plan(
         device="cpu",
         gpus=None,
         ranks=3,
@@ -184,19 +184,19 @@ def test_cpu_ranks_split_the_cpus_this_process_may_use(two_gpus) -> None:
 def test_placements_that_cannot_work_are_refused(two_gpus, fields, message) -> None:
     arguments = {"device": None, "gpus": None, "ranks": None, **fields}
     with pytest.raises(ConfigError, match=message):
-        plan_placement(**arguments, discovery=discover(), cpus=range(4), usable=4)
+        Placement.plan(**arguments, discovery=discover(), cpus=range(4), usable=4)
 
 
 def test_cuda_without_a_visible_gpu_is_refused(monkeypatch) -> None:
     fake_nvml.install(monkeypatch, [])
     with pytest.raises(ConfigError, match="device is 'cuda', but no GPU is visible"):
-        plan_placement(
+        Placement.plan(
             device="cuda", gpus=None, ranks=None, discovery=discover(), cpus=[0], usable=1
         )
 
 
 def test_the_pool_gives_each_slot_to_one_trial_at_a_time(two_gpus) -> None:
-    placement = plan_placement(
+    placement = Placement.plan(
         device="cpu", gpus=None, ranks=2, discovery=discover(), cpus=[0, 1], usable=2
     )
     pool = SlotPool(placement.slots())

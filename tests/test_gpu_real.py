@@ -16,7 +16,7 @@ import workloads
 from autotune.machine._gpus import discover
 from autotune.machine._machine import usable_cpus
 from autotune.probe import Figures, ProbeRequest, ProbeResult, WorkloadSource, run_probe
-from autotune.probe._placement import plan_placement
+from autotune.probe._placement import Placement
 from autotune.settings._settings import Settings
 from autotune.workload._workload import Workload
 
@@ -39,7 +39,7 @@ def probe(dataset, model, settings: Settings, *, gpus: str = "0", ddp: bool = Fa
         warmup_seconds=0.5,
         stall_timeout=120.0,
     )
-    placement = plan_placement(
+    placement = Placement.plan(
         device="cuda",
         gpus=gpus,
         ranks=None,

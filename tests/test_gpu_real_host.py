@@ -21,7 +21,7 @@ from torch.utils.data import TensorDataset
 from autotune.machine._gpus import discover
 from autotune.machine._machine import detect_machine, usable_cpus
 from autotune.machine._topology import read_topology
-from autotune.probe._placement import plan_placement, split_cpus
+from autotune.probe._placement import Placement, split_cpus
 from autotune.result._launch import torchrun_line
 from autotune.settings._loader import build_loader
 from autotune.settings._settings import Settings
@@ -54,7 +54,7 @@ def test_nvml_names_the_cpus_near_each_gpu_and_torch_can_use_the_gpus() -> None:
             continue
         assert gpu.cpu_affinity, f"NVML gave no CPU affinity for {gpu.name}"
         assert set(gpu.cpu_affinity) <= every
-    placement = plan_placement(
+    placement = Placement.plan(
         device="cuda",
         gpus=None,
         ranks=None,

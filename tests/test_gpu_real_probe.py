@@ -20,7 +20,7 @@ from autotune.machine._gpus import discover
 from autotune.machine._machine import usable_cpus
 from autotune.probe import Figures, ProbeRequest, ProbeResult, WorkloadSource, run_probe
 from autotune.probe._build import make_model, materialize
-from autotune.probe._placement import plan_placement
+from autotune.probe._placement import Placement
 from autotune.settings._settings import Settings
 from autotune.workload._workload import Workload
 
@@ -42,7 +42,7 @@ def probe(workload: Workload, settings: Settings, *, stall_timeout: float = 120.
         warmup_seconds=0.5,
         stall_timeout=stall_timeout,
     )
-    placement = plan_placement(
+    placement = Placement.plan(
         device="cuda",
         gpus="0",
         ranks=None,

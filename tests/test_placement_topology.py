@@ -17,7 +17,7 @@ from fake_nvml import FakeGpu
 
 from autotune.machine._gpus import discover
 from autotune.machine._topology import CpuTopology, format_cpulist, parse_cpulist, read_topology
-from autotune.probe._placement import plan_placement, split_cpus
+from autotune.probe._placement import Placement, split_cpus
 from autotune.result._launch import torchrun_line
 
 NODE0 = (0, 1, 2, 3, 8, 9, 10, 11)
@@ -82,7 +82,7 @@ def test_each_gpu_rank_gets_whole_cores_on_its_gpus_node(monkeypatch, tmp_path: 
     found = discover()
     assert [g.cpu_affinity for g in found.gpus] == [NODE1, NODE0]
     topology = read_topology(two_socket_tree(tmp_path))
-    placement = plan_placement(
+    placement = Placement.plan(
         device=None,
         gpus=None,
         ranks=None,
@@ -93,7 +93,7 @@ def test_each_gpu_rank_gets_whole_cores_on_its_gpus_node(monkeypatch, tmp_path: 
     )
     assert placement.cpu_sets == (NODE1, NODE0)
     assert placement.describe().endswith("8 CPU(s) each: 4-7,12-15 | 0-3,8-11")
-    half = plan_placement(
+    half = Placement.plan(
         device=None,
         gpus=None,
         ranks=None,

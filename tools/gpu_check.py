@@ -283,7 +283,7 @@ def _probe(workload: Any, settings: Any, **fields: Any) -> Any:
     from autotune.machine._gpus import discover
     from autotune.machine._machine import usable_cpus
     from autotune.probe import ProbeRequest, WorkloadSource, run_probe
-    from autotune.probe._placement import plan_placement
+    from autotune.probe._placement import Placement
 
     request = ProbeRequest(
         source=WorkloadSource(pickled=pickle.dumps(workload)),
@@ -292,7 +292,7 @@ def _probe(workload: Any, settings: Any, **fields: Any) -> Any:
         **{"window_seconds": 0.5, "max_windows": 3, "warmup_seconds": 0.5, **fields},
     )
     if request.mode != "ddp":
-        placement = plan_placement(
+        placement = Placement.plan(
             device="cuda",
             gpus="0",
             ranks=None,

@@ -12,7 +12,7 @@ from typing import Any
 
 from autotune._errors import ConfigError, SpaceError
 from autotune.machine import Machine, detect_machine, discover, read_topology, usable_cpus
-from autotune.probe import Placement, plan_placement
+from autotune.probe import Placement
 from autotune.space import Space, build_space
 from autotune.study import StudyLocation, locate
 from autotune.workload import SearchOptions, Workload, ensure_picklable, load_config
@@ -70,7 +70,7 @@ def prepare(workload: Workload, user_space: Mapping[str, Any], options: SearchOp
     """
     discovery = discover()
     try:
-        placement = plan_placement(
+        placement = Placement.plan(
             device=workload.device,
             gpus=options.gpus,
             ranks=options.ranks,

@@ -2,7 +2,7 @@
 
 from autotune.probe._failure import shm_shortfall
 from autotune.probe._forkserver import preload_in_probes, start_probe_server
-from autotune.probe._placement import PLACEMENT, Placement, Slot, SlotPool, plan_placement
+from autotune.probe._placement import PLACEMENT, Placement, Slot, SlotPool
 from autotune.probe._protocol import (
     Failure,
     Figures,
@@ -33,7 +33,6 @@ __all__ = [
     "Window",
     "WorkloadSource",
     "ends_steady",
-    "plan_placement",
     "preload_in_probes",
     "reference_windows",
     "refuse_while_bootstrapping",

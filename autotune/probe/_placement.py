@@ -157,55 +157,59 @@ class Placement:
             "visible": self.visible,
         }
 
+    @classmethod
+    def plan(
+        cls,
+        *,
+        device: str | None,
+        gpus: GpuSpec,
+        ranks: int | None,
+        discovery: Discovery,
+        cpus: Sequence[int],
+        usable: int,
+        topology: CpuTopology = FLAT,
+    ) -> Placement:
+        """The placement for a search.
 
-def plan_placement(
-    *,
-    device: str | None,
-    gpus: GpuSpec,
-    ranks: int | None,
-    discovery: Discovery,
-    cpus: Sequence[int],
-    usable: int,
-    topology: CpuTopology = FLAT,
-) -> Placement:
-    """The placement for a search.
+        Args:
+            device: the workload's device ("cuda", "cuda:1", "cpu"...); None: GPUs when visible.
+            gpus: which visible GPUs (see :func:`autotune.machine._gpus.parse_spec`).
+            ranks: DDP ranks on CPU; on GPUs one per selected GPU (None, or the same number).
+            discovery: the visible GPUs.
+            cpus: the CPUs this process may run on (its affinity).
+            usable: how many of them it may keep busy (a cgroup quota may allow fewer).
+            topology: the CPUs' cores and NUMA nodes
+                (:func:`autotune.machine._topology.read_topology`); the default knows none,
+                and splits the CPUs in order.
 
-    Args:
-        device: the workload's device ("cuda", "cuda:1", "cpu"...); None: GPUs when visible.
-        gpus: which visible GPUs (see :func:`autotune.machine._gpus.parse_spec`).
-        ranks: DDP ranks on CPU; on GPUs one per selected GPU (None, or the same number).
-        discovery: the visible GPUs.
-        cpus: the CPUs this process may run on (its affinity).
-        usable: how many of them it may keep busy (a cgroup quota may allow fewer).
-        topology: the CPUs' cores and NUMA nodes (:func:`autotune.machine._topology.read_topology`);
-            the default knows none, and splits the CPUs in order.
-
-    Raises:
-        ConfigError: a selection that contradicts the device, names an invisible GPU,
-            or more ranks than CPUs.
-    """
-    device_type = device.split(":")[0] if device else None
-    if ranks is not None and (isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1):
-        raise ConfigError(f"ranks is {ranks!r}; expected a whole number >= 1.")
-    if device_type not in (None, "cuda", "cpu"):
-        return _other_device(str(device), gpus, ranks, cpus)
-    selected = _select(device, device_type, gpus, discovery)
-    count = _rank_count(selected, ranks)
-    if usable < count:
-        raise ConfigError(
-            f"{count} ranks need a CPU each at least, but this process may use {usable}."
+        Raises:
+            ConfigError: a selection that contradicts the device, names an invisible GPU,
+                or more ranks than CPUs.
+        """
+        device_type = device.split(":")[0] if device else None
+        if ranks is not None and (
+            isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1
+        ):
+            raise ConfigError(f"ranks is {ranks!r}; expected a whole number >= 1.")
+        if device_type not in (None, "cuda", "cpu"):
+            return _other_device(str(device), gpus, ranks, cpus)
+        selected = _select(device, device_type, gpus, discovery)
+        count = _rank_count(selected, ranks)
+        if usable < count:
+            raise ConfigError(
+                f"{count} ranks need a CPU each at least, but this process may use {usable}."
+            )
+        near = [g.cpu_affinity for g in selected] if selected else [None] * count
+        visible = None
+        if selected and (discovery.visible_env is not None or len(selected) < len(discovery.gpus)):
+            visible = ",".join(g.token for g in selected)
+        return Placement(
+            device_type="cuda" if selected else "cpu",
+            ranks=count,
+            cpu_sets=split_cpus(cpus, usable=usable, near=near, topology=topology),
+            gpus=selected,
+            visible=visible,
         )
-    near = [g.cpu_affinity for g in selected] if selected else [None] * count
-    visible = None
-    if selected and (discovery.visible_env is not None or len(selected) < len(discovery.gpus)):
-        visible = ",".join(g.token for g in selected)
-    return Placement(
-        device_type="cuda" if selected else "cpu",
-        ranks=count,
-        cpu_sets=split_cpus(cpus, usable=usable, near=near, topology=topology),
-        gpus=selected,
-        visible=visible,
-    )
 
 
 def _other_device(device: str, gpus: GpuSpec, ranks: int | None, cpus: Sequence[int]) -> Placement:
