@@ -13,7 +13,6 @@ from optuna.exceptions import ExperimentalWarning
 from optuna.trial import TrialState
 
 from autotune.study import (
-    backing_storage,
     frozen_trial,
     id_in_storage,
     locate,
@@ -21,7 +20,7 @@ from autotune.study import (
     open_study,
     storage_of,
 )
-from autotune.study._optuna_private import StaleFilteringStorage
+from autotune.study._optuna_private import StaleFilteringStorage, backing_storage
 
 
 @pytest.fixture

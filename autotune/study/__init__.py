@@ -7,13 +7,11 @@ from autotune.study._fingerprint import (
     check_same_workload,
     seed_differences,
     study_meta,
-    workload_changes,
     workload_distance,
 )
 from autotune.study._liveness import Heartbeat, fail_abandoned, owner
 from autotune.study._location import StudyLocation, locate
 from autotune.study._optuna_private import (
-    backing_storage,
     frozen_trial,
     id_in_storage,
     new_trial,
@@ -37,7 +35,6 @@ __all__ = [
     "Heartbeat",
     "StudyLocation",
     "TrialRecord",
-    "backing_storage",
     "check_same_workload",
     "fail_abandoned",
     "frozen_trial",
@@ -55,6 +52,5 @@ __all__ = [
     "storage_of",
     "study_meta",
     "study_names",
-    "workload_changes",
     "workload_distance",
 ]
