@@ -15,7 +15,15 @@ from conftest import copy_of
 
 import autotune
 from autotune import StudyError
-from autotune.study import Attr, Heartbeat, StudyLocation, fail_abandoned, locate, open_study, owner
+from autotune.study import (
+    Attr,
+    StudyLocation,
+    TrialHeartbeats,
+    fail_abandoned,
+    locate,
+    open_study,
+    owner,
+)
 
 
 def test_a_study_is_named_by_a_name_a_path_or_a_url() -> None:
@@ -141,10 +149,10 @@ def test_trials_of_a_search_gone_are_failed_with_why_and_only_those(tmp_path) ->
 def test_a_trial_run_outside_optuna_s_loop_beats_while_it_runs(tmp_path) -> None:
     study = open_study(locate(tmp_path / "s.db", None, name="s"), create=True)
     trial_id = running(study, owner(), beat=False)
-    with Heartbeat(study) as heartbeat:
+    with TrialHeartbeats(study) as heartbeat:
         heartbeat.add(trial_id)  # the first beat at once
         with contextlib.closing(sqlite3.connect(tmp_path / "s.db")) as connection:
             beats = connection.execute("SELECT trial_id FROM trial_heartbeats").fetchall()
         assert beats == [(trial_id,)]
-    with Heartbeat(optuna.create_study()) as heartbeat:  # in memory: nothing to beat in
+    with TrialHeartbeats(optuna.create_study()) as heartbeat:  # in memory: nothing to beat in
         heartbeat.add(0)

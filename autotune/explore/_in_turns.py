@@ -38,7 +38,7 @@ from autotune.explore._outcome import Outcome, TrialFailed
 from autotune.explore._trials import fixed_trial
 from autotune.probe import ProbeRequest, ProbeResult, run_probe
 from autotune.settings import Settings
-from autotune.study import Heartbeat, frozen_trial, id_in_storage
+from autotune.study import TrialHeartbeats, frozen_trial, id_in_storage
 
 PASSES = 4
 """Windows of each config in a confirming round measured in turns: enough passes that
@@ -94,7 +94,7 @@ def explore_warm_starts(
         if not waiting or left <= 0:
             return
         with warnings.catch_warnings():
-            # The trials beat by the Heartbeat of _measure, as run_fixed's do.
+            # The trials beat by the TrialHeartbeats of _measure, as run_fixed's do.
             warnings.filterwarnings("ignore", message="Heartbeat of storage", category=UserWarning)
             trials = [plan.study.ask() for _ in range(min(len(waiting), GROUP, left))]
         _measure(plan, objective, trials, windows, prunable=True)
@@ -111,7 +111,7 @@ def _measure(
     """Begin ``trials``, measure the configs among them that need a probe in turns for
     ``windows`` passes, tell each trial how it ended, then run the rules after each."""
     study = plan.study
-    with Heartbeat(study) as heartbeat:
+    with TrialHeartbeats(study) as heartbeat:
         for trial in trials:
             heartbeat.add(id_in_storage(trial))
         try:

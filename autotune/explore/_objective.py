@@ -28,7 +28,7 @@ from autotune.probe import (
     run_probe,
 )
 from autotune.settings import Settings
-from autotune.study import Heartbeat, frozen_trial, id_in_storage
+from autotune.study import TrialHeartbeats, frozen_trial, id_in_storage
 
 
 class Objective:
@@ -127,7 +127,7 @@ def run_fixed(study: optuna.Study, objective: Objective, attrs: dict[str, Any]) 
     through Optuna's queue (see :func:`fixed_trial`)."""
     trial = fixed_trial(study, attrs)
     # Outside Study.optimize, so no heartbeat of Optuna's: the trial beats like those.
-    with Heartbeat(study) as heartbeat:
+    with TrialHeartbeats(study) as heartbeat:
         heartbeat.add(id_in_storage(trial))
         try:
             value = objective(trial)

@@ -52,7 +52,7 @@ from autotune.explore._rungs import StudyRungs
 from autotune.explore._trials import fixed_trial, report_windows
 from autotune.probe import Failure, Figures, ProbeResult, Window, ends_steady, steady_share
 from autotune.settings import Settings
-from autotune.study import Attr, Heartbeat, frozen_trial, id_in_storage, storage_of
+from autotune.study import Attr, TrialHeartbeats, frozen_trial, id_in_storage, storage_of
 
 
 @dataclasses.dataclass
@@ -101,7 +101,7 @@ class TrialBook:
         self._by_tune_id: dict[str, _Running] = {}
         self.niceness = os.getpriority(os.PRIO_PROCESS, 0)
         self._told_niceness = False
-        self.heartbeat = Heartbeat(plan.study)
+        self.heartbeat = TrialHeartbeats(plan.study)
         """The driver owns every trial it proposed until it tells the study how it ended
         (the Ray workers only probe): it beats for them, so that a driver killed on
         another machine than the next search's leaves trials that go stale."""

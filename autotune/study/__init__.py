@@ -9,7 +9,7 @@ from autotune.study._fingerprint import (
     study_meta,
     workload_distance,
 )
-from autotune.study._liveness import Heartbeat, fail_abandoned, owner
+from autotune.study._liveness import TrialHeartbeats, fail_abandoned, owner
 from autotune.study._location import StudyLocation, locate
 from autotune.study._optuna_private import (
     frozen_trial,
@@ -32,8 +32,8 @@ __all__ = [
     "STUDY_FORMAT",
     "WARM_START",
     "Attr",
-    "Heartbeat",
     "StudyLocation",
+    "TrialHeartbeats",
     "TrialRecord",
     "check_same_workload",
     "fail_abandoned",

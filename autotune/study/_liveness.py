@@ -1,7 +1,7 @@
 """Who runs a trial, and what becomes of a trial whose search is gone.
 
 Every search records itself on the trials it runs (:func:`owner`) and beats for them
-(:class:`Heartbeat`; Optuna's ``Study.optimize`` beats for its own). A search killed
+(:class:`TrialHeartbeats`; Optuna's ``Study.optimize`` beats for its own). A search killed
 outright leaves its trials RUNNING: on the same machine its process is checked by pid, and
 from any machine a trial whose heartbeat went stale is failed (:func:`fail_abandoned`),
 each with a note saying why, so no trial of a killed writer stays RUNNING.
@@ -151,7 +151,7 @@ def fail_abandoned(study: optuna.Study) -> list[int]:
     it owns them; the Ray workers only probe). On this machine the owner's process is
     checked at once; a trial owned elsewhere is failed once its heartbeat is stale
     (Optuna's rule: none for the storage's grace period; every search beats for the
-    trials it runs, see :class:`Heartbeat`). Trials of a search still running (another
+    trials it runs, see :class:`TrialHeartbeats`). Trials of a search still running (another
     process on the same study) are left alone. Returns the numbers of the trials failed.
     """
     storage = storage_of(study)
@@ -169,7 +169,7 @@ def fail_abandoned(study: optuna.Study) -> list[int]:
     return failed
 
 
-class Heartbeat:
+class TrialHeartbeats:
     """Heartbeats for the trials this process runs outside ``Study.optimize`` (which
     beats for its own): the Ray driver's, and configs measured directly. A trial
     without one whose search dies on another machine would stay RUNNING for ever: its
@@ -187,7 +187,7 @@ class Heartbeat:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def __enter__(self) -> Heartbeat:
+    def __enter__(self) -> TrialHeartbeats:
         return self
 
     def __exit__(self, *exc: object) -> None:
