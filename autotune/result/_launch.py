@@ -13,8 +13,8 @@ from autotune.machine import format_cpulist
 from autotune.settings import (
     AllocatorState,
     Settings,
+    allocator_lines,
     calls_autotune,
-    code_lines,
     launch_words,
 )
 
@@ -133,7 +133,7 @@ def ddp_code(
         "from torch.utils.data.distributed import DistributedSampler",
         "",
         f"# launch: {launch}",
-        *code_lines(allocator),
+        *allocator_lines(allocator),
         f'dist.init_process_group("{backend}")',
         'local_rank = int(os.environ["LOCAL_RANK"])',
     ]

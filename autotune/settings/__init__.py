@@ -4,8 +4,8 @@ The bottom of the stages: every other stage describes a config with :class:`Sett
 
 from autotune.settings._allocator import (
     AllocatorState,
+    allocator_lines,
     calls_autotune,
-    code_lines,
     fix_allocator,
     launch_words,
 )
@@ -21,9 +21,9 @@ __all__ = [
     "AmpMode",
     "EchoLoader",
     "Settings",
+    "allocator_lines",
     "build_loader",
     "calls_autotune",
-    "code_lines",
     "fix_allocator",
     "is_iterable_dataset",
     "launch_words",

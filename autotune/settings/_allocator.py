@@ -115,7 +115,7 @@ _MEASURED_UNDER: dict[AllocatorState | None, str] = {
 (None: a result that recorded none, from before the rule)."""
 
 
-def code_lines(measured_under: AllocatorState | None) -> list[str]:
+def allocator_lines(measured_under: AllocatorState | None) -> list[str]:
     """The lines emitted code carries for the allocator rule its figures were measured
     under (:func:`fix_allocator`'s answer in the probes, None where the result recorded
     none): the call for "fixed", a comment naming the rule otherwise, nothing off glibc.
@@ -127,7 +127,7 @@ def code_lines(measured_under: AllocatorState | None) -> list[str]:
 
 
 def calls_autotune(measured_under: AllocatorState | None) -> bool:
-    """Whether :func:`code_lines` calls autotune (the code then imports it)."""
+    """Whether :func:`allocator_lines` calls autotune (the code then imports it)."""
     return measured_under == "fixed"
 
 

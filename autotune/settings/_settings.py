@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from autotune._errors import ConfigError
-from autotune.settings._allocator import AllocatorState, calls_autotune, code_lines
+from autotune.settings._allocator import AllocatorState, allocator_lines, calls_autotune
 from autotune.settings._loader import build_loader
 
 AmpMode = Literal["off", "bf16", "fp16"]
@@ -153,7 +153,7 @@ class Settings:
         """
         imports = ["import threadpoolctl"] if self.worker_init_code() else []
         own = ["import autotune"] if calls_autotune(allocator) else []
-        lines = [*own, *imports, "import torch", "", *code_lines(allocator)]
+        lines = [*own, *imports, "import torch", "", *allocator_lines(allocator)]
         lines += self.worker_init_code()
         if self.threads is not None:
             lines.append(f"torch.set_num_threads({self.threads})")
