@@ -54,3 +54,39 @@ def test_the_package_names_its_public_names_once_for_type_checkers_and_at_run_ti
     assert sorted([*imports, "__version__"]) == sorted(autotune.__all__)
     for name, home in imports.items():
         assert getattr(autotune, name) is getattr(importlib.import_module(home), name), name
+
+
+MOST_NAMES = 12
+"""A stage's front door holds about ten names: what other stages need of it, no more."""
+WIDER: dict[str, tuple[int, str]] = {
+    "decide": (
+        22,
+        "the budget's plan counts the probes of confirming, the runoff and DDP from it",
+    ),
+    "probe": (21, "every stage passes its records (requests, figures, failures, windows)"),
+    "explore": (14, "the pipeline runs the bounds and the worker sweep, and plans their cost"),
+    "machine": (15, "the probe places ranks by its GPUs, topology and monitor"),
+    "settings": (14, "the space, the probe and the output each read the settings' rules"),
+    "study": (24, "the search, the CLI and the online loader each open and read studies"),
+}
+"""Stages allowed past :data:`MOST_NAMES`, each at its own cap and for its reason: a cap
+here is lowered when a name leaves, never raised to let one in."""
+
+
+def cap(stage: str) -> int:
+    """The most names ``stage``'s ``__all__`` may hold."""
+    return WIDER[stage][0] if stage in WIDER else MOST_NAMES
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_a_stage_exports_no_more_names_than_its_cap(stage: str) -> None:
+    exported = importlib.import_module(f"autotune.{stage}").__all__
+    assert len(exported) <= cap(stage), sorted(exported)
+
+
+def test_a_wider_cap_is_what_its_stage_exports_today() -> None:
+    """A wider cap above its stage's count would let a name in unnoticed."""
+    for stage, (most, reason) in WIDER.items():
+        assert stage in STAGES and reason
+        assert len(importlib.import_module(f"autotune.{stage}").__all__) == most, stage
+        assert most > MOST_NAMES
