@@ -238,7 +238,7 @@ def _ours(name: str) -> bool:
     """Whether a new file in /dev/shm is this session's. torch names its files after the
     process that made them: one whose maker is gone cannot be told from another
     program's leftover (another test session's, on a shared machine), so those are
-    checked where /dev/shm is private, in tests/test_faults_memory.py."""
+    checked where /dev/shm is private, in tests/integration/test_faults_memory.py."""
     if not name.startswith(_SHM_NAMES):
         return False
     match = re.match(r"torch_(\d+)_", name)

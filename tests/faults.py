@@ -1,6 +1,6 @@
 """Driving one fault through the CLI and through the Python API alike.
 
-The fault suite (tests/test_faults_*.py) runs each case with both drivers:
+The fault suite (tests/integration/test_faults_*.py) runs each case with both drivers:
 ``cli`` is ``autotune search CONFIG`` (in this process through ``cli.main``, or as
 a command of its own when the test must signal or kill it), ``api`` is
 ``autotune.search(dataset=..., model=...)`` with the same pieces.

@@ -270,7 +270,7 @@ class RayWorkerKillingDataset(SleepyDataset):
         return super().__getitem__(index)
 
 
-# ----------------------------------------------------------------- faults (tests/test_faults_*)
+# ------------------------------------------------------- faults (tests/integration/test_faults_*)
 def _in_worker() -> bool:
     return torch.utils.data.get_worker_info() is not None
 

@@ -9,7 +9,7 @@ Each part runs in a process of its own, under its own time limit, so that a hang
 crash or a failure in one is recorded in the JSON and the next part still runs; the
 whole check fits in :data:`BUDGET_S` (8.5 minutes on one GPU with 16 cores):
 
-- ``gpu_tests``: the ``gpu`` test tier (``pytest -m gpu`` of ``tests/test_gpu_real*.py``),
+- ``gpu_tests``: the ``gpu`` test tier (``pytest -m gpu`` of ``tests/gpu/test_gpu_real*.py``),
   its counts and failures;
 - ``copy``: pinned and pageable probes with 0 and 4 workers: their wait and copy
   shares of the step, and the sum of the two (at most 1 when the edges are right);
@@ -254,7 +254,9 @@ def gpu_tests() -> dict[str, Any]:
     """``pytest -m gpu`` as this machine can run it: no xdist, none of the suite's own
     addopts (they ask for it), and only the files of the tier (``test_gpu_real*.py``):
     the others import what a bare GPU machine lacks (ray, hypothesis)."""
-    files = sorted(str(path.relative_to(ROOT)) for path in TESTS.glob("test_gpu_real*.py"))
+    files = sorted(
+        str(path.relative_to(ROOT)) for path in (TESTS / "gpu").glob("test_gpu_real*.py")
+    )
     with tempfile.TemporaryDirectory() as scratch:
         junit = Path(scratch) / "junit.xml"
         done = subprocess.run(

@@ -55,13 +55,13 @@ PYTEST_ARGS = ["-n0", "-p", "no:cacheprovider"]
 """The project's addopts run tests in two xdist workers; mutmut needs them in-process."""
 
 PAIRS = {
-    "confirm": ("autotune/decide/_confirm.py", "tests/test_confirm.py"),
-    "rounds": ("autotune/decide/_rounds.py", "tests/test_rounds.py"),
-    "choose": ("autotune/decide/_choose.py", "tests/test_choose.py"),
-    "diagnosis": ("autotune/decide/_diagnosis.py", "tests/test_diagnosis.py"),
-    "space": ("autotune/space/_space.py", "tests/test_space.py"),
-    "timing": ("autotune/probe/_timing.py", "tests/test_timing.py"),
-    "predict": ("autotune/result/_predict.py", "tests/test_predict.py"),
+    "confirm": ("autotune/decide/_confirm.py", "tests/decide/test_confirm.py"),
+    "rounds": ("autotune/decide/_rounds.py", "tests/decide/test_rounds.py"),
+    "choose": ("autotune/decide/_choose.py", "tests/decide/test_choose.py"),
+    "diagnosis": ("autotune/decide/_diagnosis.py", "tests/decide/test_diagnosis.py"),
+    "space": ("autotune/space/_space.py", "tests/space/test_space.py"),
+    "timing": ("autotune/probe/_timing.py", "tests/probe/test_timing.py"),
+    "predict": ("autotune/result/_predict.py", "tests/result/test_predict.py"),
 }
 
 KILLED = ("killed", "timeout")

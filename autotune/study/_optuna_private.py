@@ -4,7 +4,7 @@ Optuna has no public way to reach a study's storage, a trial's id in that storag
 storage's stale trials, and the search needs all three: to make a trial outside Optuna's
 queue, to read a trial back while it runs, to hand Ray Tune the same storage, and to say
 why a stale trial fails before Optuna fails it. These helpers are checked against the
-Optuna versions that ``pyproject.toml`` allows, and ``tests/test_optuna_private.py`` fails
+Optuna versions that ``pyproject.toml`` allows, and ``tests/study/test_optuna_private.py`` fails
 when one of them behaves otherwise under a new Optuna.
 """
 

@@ -6,7 +6,7 @@ benchmark both rest on that): this module is the
 independent judge. It reads a config the way a user's code would (``load_config``)
 and builds the loader with :meth:`Settings.loader`, then times the loop a user
 writes: fetch a batch, move it to the device, forward, loss, backward, step. It
-imports nothing of the probe, the search or the decision (``tests/test_checker.py``
+imports nothing of the probe, the search or the decision (``tests/benchmarks/test_checker.py``
 checks that in a fresh interpreter); the default forward and loss are written out
 again here for the same reason.
 

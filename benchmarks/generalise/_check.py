@@ -22,7 +22,7 @@ default loader, the choices and the grid's leaders, side by side; the targets ar
 on ratios taken within each of those rounds (:mod:`benchmarks.generalise._targets`).
 This module reads the searches through ``autotune.search``'s public result only: it
 imports nothing of the probe, the exploration or the decision
-(``tests/test_generalise.py`` checks that in a fresh interpreter).
+(``tests/benchmarks/test_generalise.py`` checks that in a fresh interpreter).
 """
 
 from __future__ import annotations

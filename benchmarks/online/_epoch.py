@@ -10,7 +10,7 @@ Starting Python and torch and building the dataset and the model are left out: t
 cost every loader the same.
 
 It is a module of its own because the online loader imports autotune's decision code,
-which the checker must not (``tests/test_checker.py``).
+which the checker must not (``tests/benchmarks/test_checker.py``).
 
 ::
 

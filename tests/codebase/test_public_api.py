@@ -54,7 +54,7 @@ def test_import_autotune_imports_no_optional_framework() -> None:
     # fast, without them. A new process, as this one has imported them for other tests.
     frameworks = ("transformers", "accelerate", "pytorch_lightning", "lightning")
     code = f"import sys, autotune; print([m for m in {frameworks!r} if m in sys.modules])"
-    root = str(Path(__file__).parent.parent)
+    root = str(Path(__file__).parents[2])
     paths = [root, *filter(None, [os.environ.get("PYTHONPATH")])]
     process = subprocess.run(
         [sys.executable, "-c", code],

@@ -15,7 +15,7 @@ from conftest import quick
 
 import autotune
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 NEEDS = {"hf_trainer.py": "transformers", "lightning_module.py": "pytorch_lightning"}
 """Programs that are not config files, and the framework each needs: its test is skipped

@@ -1,5 +1,5 @@
 """A search writes its study and nothing else. Whole searches are checked in an empty
-working directory with an empty HOME by tests/test_faults_interrupt.py (Places); temp
+working directory with an empty HOME by tests/integration/test_faults_interrupt.py (Places); temp
 files and shared memory by the autouse fixtures of every test."""
 
 from __future__ import annotations

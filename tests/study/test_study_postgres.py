@@ -18,7 +18,7 @@ from faults import one_error_line
 import autotune
 from autotune.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 QUICK_FLAGS = ["--trials", "2", "--window-seconds", "0.1", "--max-windows", "3", "--rounds", "1"]
 
 

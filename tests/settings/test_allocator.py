@@ -23,7 +23,7 @@ from autotune.result import DdpResult, SearchResult
 from autotune.result._launch import torchrun_line
 from autotune.settings import Settings, _allocator
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 glibc_only = pytest.mark.skipif(_allocator._glibc() is None, reason="glibc's malloc only")
 
 PROBE = """

@@ -323,6 +323,6 @@ def test_the_online_loaders_modules_are_imported_before_the_epochs_clock() -> No
         "_loader_factory(workload, Settings(batch_size=8), True, 'cpu')\n"
         "assert 'autotune.inloop._online' in sys.modules\n"
     )
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

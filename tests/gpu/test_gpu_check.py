@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 TOOL = ROOT / "tools" / "gpu_check.py"
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA path")
 

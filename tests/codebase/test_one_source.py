@@ -14,7 +14,7 @@ from autotune.probe import Figures
 from autotune.workload import SearchOptions
 from benchmarks.common._verdicts import CLEAR_MARGIN
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("autotune", "benchmarks", "tools")
 HOME = "autotune/_noise.py"
 OTHER_RULES = {

@@ -18,7 +18,7 @@ from autotune import SearchOptions
 from autotune.cli import CONFIG_ONLY, SEARCH_FLAGS, flag_name, main
 
 FIELDS = [field.name for field in dataclasses.fields(SearchOptions)]
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _reference_hook() -> ModuleType:

@@ -19,7 +19,7 @@ from benchmarks.generalise._device import assess_device, busy_verdict, device_li
 from benchmarks.generalise._rounds import RoundsOptions, measure_rounds
 from benchmarks.simdevice import DeviceSpec
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SPEC = DeviceSpec(launch_s=0.002, sample_s=0.0005)
 
 SIM_CONFIG = textwrap.dedent(

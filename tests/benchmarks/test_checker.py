@@ -35,7 +35,7 @@ from benchmarks.common._checker import (
 )
 from benchmarks.common._zygote import Zygote, ZygoteError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 TINY = textwrap.dedent(
     """

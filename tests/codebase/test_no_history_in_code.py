@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CODE = ("autotune", "benchmarks", "tools")
 CONFIG = ("pyproject.toml", "mkdocs.yml")
 HEX_WORD = re.compile(r"\b[0-9a-fA-F]{7,40}\b")

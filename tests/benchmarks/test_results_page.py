@@ -15,7 +15,7 @@ from benchmarks import _cli, _page
 from benchmarks.common import _flags
 from benchmarks.suite import _cli as suite_cli
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _online(name: str, ratio: float) -> dict[str, Any]:

@@ -45,7 +45,7 @@ from benchmarks.generalise._plot import LEFT as LEFT_EDGE
 from benchmarks.generalise._plot import svg
 from benchmarks.generalise._targets import assess, outside_by, space_size
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MODULES = (
     "generalise._check",
     "generalise._rounds",

@@ -25,7 +25,7 @@ from autotune.study import Attr
 
 pytestmark = pytest.mark.scaleout
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 QUICK_FLAGS = "--window-seconds 0.1 --max-windows 3 --rounds 1"
 
