@@ -1,6 +1,6 @@
 """The code and its configuration state contracts, not history: no word under autotune/,
-benchmarks/ or tools/, in pyproject.toml, mkdocs.yml or .ci/ names a commit or dates a
-figure (a run's evidence, its date and the commit it ran at belong in
+benchmarks/ or tools/, in pyproject.toml, mkdocs.yml, benchmarks/README.md or .ci/ names a
+commit or dates a figure (a run's evidence, its date and the commit it ran at belong in
 docs/benchmark-history.md, the reasons behind a rule in docs/decisions.md)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CODE = ("autotune", "benchmarks", "tools")
-CONFIG = ("pyproject.toml", "mkdocs.yml")
+CONFIG = ("pyproject.toml", "mkdocs.yml", "benchmarks/README.md")
 HEX_WORD = re.compile(r"\b[0-9a-fA-F]{7,40}\b")
 """Any word that could abbreviate a commit; git says which do (all digits included)."""
 COMMIT_HASH = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")
