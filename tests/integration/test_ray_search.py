@@ -26,10 +26,10 @@ from autotune.cli import main
 from autotune.probe._steady import STEADY_FROM
 from autotune.study import Attr, TrialRecord, records
 
+pytestmark = pytest.mark.scaleout
+
 CONFIG = """
 from workloads import linear_model, sleepy_dataset
-
-pytestmark = pytest.mark.scaleout
 dataset = sleepy_dataset
 model = linear_model
 batch_size = 8
