@@ -164,8 +164,7 @@ def test_a_search_beside_a_close_study_reaches_its_answer_with_fewer_probes(work
         explored = [r for r in records(study) if r.role == "explore"]
         return sum(r.probed for r in explored), result
 
-    probes("first", warm_from=())
-    cold, cold_result = probes("cold", warm_from=())
-    warm, warm_result = probes("warm", warm_from=["studies/first.db"])
+    cold, cold_result = probes("cold", warm_from=())  # a cold search, and the close study
+    warm, warm_result = probes("warm", warm_from=["studies/cold.db"])
     assert warm_result.settings.batch_size == cold_result.settings.batch_size == 64
     assert 0 < warm < cold, (warm, cold)
