@@ -19,7 +19,20 @@ import autotune
 from autotune.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-QUICK_FLAGS = ["--trials", "2", "--window-seconds", "0.1", "--max-windows", "3", "--rounds", "1"]
+QUICK_FLAGS = [
+    "--trials",
+    "2",
+    "--window-seconds",
+    "0.1",
+    "--max-windows",
+    "3",
+    "--rounds",
+    "1",
+    "--runoff-rounds",
+    "0",
+    "--budget",
+    "20",
+]
 
 
 def autotune_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
