@@ -45,6 +45,22 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 SHM = Path("/dev/shm")
 
+_SCALEOUT_MODULE = re.compile(r"^pytestmark = \[?\s*pytest\.mark\.scaleout\b", re.MULTILINE)
+"""A module marked ``scaleout`` as a whole (Ray Tune, clusters, HF, Lightning)."""
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Leave a wholly ``scaleout`` module unimported in a run of the suite without the
+    tier (the plain `pytest`, whose ``-m`` is ``not scaleout``): importing Ray,
+    transformers and Lightning only to deselect their tests costs each test process
+    seconds. Any other marker expression collects it as usual."""
+    if config.getoption("markexpr") != "not scaleout" or collection_path.suffix != ".py":
+        return None
+    if not collection_path.name.startswith("test_"):
+        return None
+    return bool(_SCALEOUT_MODULE.search(collection_path.read_text())) or None
+
+
 QUICK = {
     "window_seconds": 0.1,
     "max_windows": 3,
