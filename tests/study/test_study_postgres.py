@@ -18,7 +18,6 @@ from faults import one_error_line
 import autotune
 from autotune.cli import main
 
-ROOT = Path(__file__).resolve().parents[2]
 QUICK_FLAGS = [
     "--trials",
     "2",
@@ -54,10 +53,13 @@ def tables(url: str) -> set[str]:
         engine.dispose()
 
 
-def test_a_search_into_postgresql_is_shown_from_another_process(postgres_url, workdir) -> None:
-    quickstart = str(ROOT / "examples" / "quickstart.py")
+def test_a_search_into_postgresql_is_shown_from_another_process(
+    postgres_url, workdir, config
+) -> None:
+    # A tiny workload: the test is of where the study goes and who can read it; the
+    # quickstart itself is run by the examples' tests.
     searched = autotune_cli(
-        "search", quickstart, "--study", postgres_url, *QUICK_FLAGS, cwd=workdir
+        "search", str(config), "--study", postgres_url, *QUICK_FLAGS, cwd=workdir
     )
     assert searched.returncode == 0, searched.stderr
     hidden = postgres_url.replace(":autotune-test@", ":***@")
@@ -68,8 +70,8 @@ def test_a_search_into_postgresql_is_shown_from_another_process(postgres_url, wo
     shown = autotune_cli("show", postgres_url, "--json", cwd=workdir)
     assert shown.returncode == 0, shown.stderr
     data = json.loads(shown.stdout)
-    assert data["study"] == {"name": "quickstart", "path": hidden}
-    study = optuna.load_study(study_name="quickstart", storage=postgres_url)
+    assert data["study"] == {"name": "config", "path": hidden}
+    study = optuna.load_study(study_name="config", storage=postgres_url)
     saved = autotune.SearchResult.from_dict(study.user_attrs["autotune.result"])
     assert data["result"]["settings"] == saved.settings.to_dict()
     assert [t.number for t in study.trials if t.state == optuna.trial.TrialState.RUNNING] == []
