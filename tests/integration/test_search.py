@@ -15,21 +15,22 @@ from autotune import ConfigError, StudyError
 from autotune.study import Attr, records
 
 
-def small_search(**options):
+def small_search(space: dict[str, object] | None = None, **options):
     return autotune.search(
         dataset=workloads.sleepy_dataset,
         model=workloads.linear_model,
         batch_size=8,
         name="small",
-        space={"num_workers": [0, 1, 2], "threads": 1, "batch_size": [8, 16]},
+        space={"num_workers": [0, 1, 2], "threads": 1, "batch_size": [8, 16], **(space or {})},
         **quick(**{"trials": 8, "seed": 0, **options}),
     )
 
 
 def test_a_search_saves_its_trials_and_returns_a_tuned_loader(workdir) -> None:
     # No runoff: whether one runs turns on the noise of real measurements, and its rounds
-    # are tested with a stand-in backend (test_confirm).
-    result = small_search(rounds=2, runoff_rounds=0, finalists=3)
+    # are tested with a stand-in backend (test_confirm). Persistent workers only: a
+    # finalist's persistent twin (test_confirm too) would add to every round's configs.
+    result = small_search({"persistent_workers": True}, rounds=2, runoff_rounds=0, finalists=3)
     assert (workdir / "studies" / "small.db").exists()
     assert result.study_path == "studies/small.db"
     assert result.confirmed
