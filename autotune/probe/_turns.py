@@ -35,6 +35,7 @@ import os
 import signal
 import threading
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -116,10 +117,11 @@ def measure_turns(
                 try:
                     window = _one_turn(turn, setup)
                 except PieceError as error:
-                    _fail(turn, classify(error.error, error.piece), setup.send, setup.device)
+                    failure = classify(error.error, error.piece)
+                    _fail(turn, failure, setup.send, setup.device, error)
                     continue
                 except Exception as error:  # this config's own failure: the others go on
-                    _fail(turn, classify(error, None), setup.send, setup.device)
+                    _fail(turn, classify(error, None), setup.send, setup.device, error)
                     continue
                 finally:
                     paused.pause(turn.index)
@@ -182,16 +184,39 @@ def _warm(
             return
 
 
-def _fail(turn: Turn, failure: Any, send: Send, device: torch.device) -> None:
+def _fail(turn: Turn, failure: Any, send: Send, device: torch.device, error: BaseException) -> None:
     """Leave ``turn`` out from now on: its loader's epoch ended, the device's memory
-    its batch held given back, its failure sent."""
+    its batch held given back, its failure sent.
+
+    ``error``'s tracebacks are cleared first: their frames hold the loader's iterator,
+    which would otherwise outlive the turn and shut its workers down only when the
+    garbage collector reached it, during another config's turn, with those workers
+    stopped, so that the shutdown waited out DataLoader's join timeout."""
     turn.failed = True
+    _release_frames(error)
     with contextlib.suppress(Exception):
         turn.close()
     if device.type == "cuda":
         with contextlib.suppress(Exception):
             torch.cuda.empty_cache()
     send(("turn_error", (turn.index, failure)))
+
+
+def _release_frames(error: BaseException) -> None:
+    """Clear the frames of ``error``'s tracebacks, and those of the errors it wraps or
+    was raised from, once its message is taken."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [error]
+    while todo:
+        current = todo.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        traceback.clear_frames(current.__traceback__)
+        wrapped = getattr(current, "error", None)  # a PieceError's own error
+        todo += [current.__cause__, current.__context__]
+        if isinstance(wrapped, BaseException):
+            todo.append(wrapped)
 
 
 def _children() -> list[int]:

@@ -4,13 +4,16 @@ failure; the workers of the config before a turn idle first."""
 from __future__ import annotations
 
 import signal
+import weakref
+from typing import Any, cast
 
 import pytest
+import torch
 import workloads
 from faults import probe_request as request
 
 from autotune.probe import run_probe
-from autotune.probe._turns import Paused
+from autotune.probe._turns import Paused, Turn, _fail
 from autotune.settings import Settings
 
 NO_WORKERS = Settings(batch_size=4)
@@ -104,3 +107,42 @@ def test_a_loader_that_waits_does_not_load_ahead_for_free_between_its_turns() ->
     assert result.ok, result.failure
     _alone, four = result.turns
     assert 100 < four.figures.samples_per_s < 240
+
+
+class _Iterator:
+    """Stands in for a loader's iterator, whose end shuts its workers down."""
+
+
+def _next_batch(iterator: _Iterator) -> None:
+    raise ValueError("corrupt record 4")  # its frame holds the iterator, as DataLoader's
+
+
+def test_a_failed_turn_lets_go_of_its_loader_while_its_error_is_handled() -> None:
+    # The traceback of the error a turn met holds the loader's iterator; unless the turn's
+    # failure clears it, the iterator (and its workers) outlive the turn until the garbage
+    # collector finds them, during another config's turn, with those workers stopped.
+    class Holder:
+        def __init__(self) -> None:
+            self.iterator: _Iterator | None = _Iterator()
+
+    holder = Holder()
+    ended = weakref.ref(cast(_Iterator, holder.iterator))
+    sent: list[Any] = []
+
+    def close() -> None:
+        holder.iterator = None
+
+    turn = Turn(
+        index=0,
+        settings=Settings(batch_size=4),
+        steps=cast(Any, None),
+        queued=0,
+        turn=1,
+        close=close,
+    )
+    try:
+        _next_batch(cast(_Iterator, holder.iterator))
+    except ValueError as error:
+        _fail(turn, "failure", sent.append, torch.device("cpu"), error)
+        assert ended() is None  # gone while the error is still being handled
+    assert turn.failed and sent == [("turn_error", (0, "failure"))]
