@@ -51,13 +51,12 @@ from autotune.probe._build import (
     workers_sender,
 )
 from autotune.probe._ddp import run_ranks
-from autotune.probe._failure import ReportedFailure, classify
+from autotune.probe._failure import ReportedFailure, classify_raised
 from autotune.probe._measure import Heartbeat, Send, SoloPace, Steps, beat_seconds, measure
 from autotune.probe._protocol import ProbeRequest
 from autotune.probe._steady import steady_share
 from autotune.probe._timing import copy_timer, synchronize
 from autotune.probe._train import (
-    PieceError,
     Trainer,
     batch_bytes,
     describe_batch,
@@ -94,10 +93,8 @@ def child_main(request: ProbeRequest, events: Connection, control: Connection) -
         events.send(("done", None))
     except ReportedFailure as error:
         events.send(("error", error.failure))
-    except PieceError as error:
-        events.send(("error", classify(error.error, error.piece)))
     except BaseException as error:  # report anything, then end: this process is disposable
-        events.send(("error", classify(error, None)))
+        events.send(("error", classify_raised(error)))
     finally:
         events.close()
 

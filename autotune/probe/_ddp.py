@@ -48,7 +48,7 @@ from autotune.probe._build import (
     seed,
     workers_sender,
 )
-from autotune.probe._failure import ReportedFailure, classify, describe_exit
+from autotune.probe._failure import ReportedFailure, classify_raised, describe_exit
 from autotune.probe._measure import (
     Heartbeat,
     Send,
@@ -60,7 +60,7 @@ from autotune.probe._measure import (
 )
 from autotune.probe._protocol import DdpSpec, Failure, ProbeRequest, Window
 from autotune.probe._timing import copy_timer, synchronize
-from autotune.probe._train import PieceError, Trainer, to_device
+from autotune.probe._train import Trainer, to_device
 from autotune.settings import build_loader
 
 _LOOPBACK = "127.0.0.1"
@@ -186,10 +186,8 @@ def _rank_main(request: ProbeRequest, rank: int, port: int, link: Connection, ha
         _train(request, rank, link, halt)  # frees the DDP model: nothing outlives the group
         link.send(("done", None))
         dist.destroy_process_group()
-    except PieceError as error:
-        link.send(("error", classify(error.error, error.piece)))
     except BaseException as error:  # report anything; the launcher ends the other ranks
-        link.send(("error", classify(error, None)))
+        link.send(("error", classify_raised(error)))
     finally:
         link.close()
 

@@ -61,6 +61,16 @@ def classify(error: BaseException, piece: str | None) -> Failure:
     )
 
 
+def classify_raised(error: BaseException) -> Failure:
+    """The Failure of an exception a probe's own code raised: a ``PieceError`` is its
+    user's error, blamed on the piece it came from; any other is blamed on none."""
+    from autotune.probe._train import PieceError
+
+    if isinstance(error, PieceError):
+        return classify(error.error, error.piece)
+    return classify(error, None)
+
+
 def _kind(error: BaseException, message: str) -> FailureKind:
     import torch
 

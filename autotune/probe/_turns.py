@@ -41,11 +41,11 @@ from typing import Any
 
 import torch
 
-from autotune.probe._failure import classify
+from autotune.probe._failure import classify_raised
 from autotune.probe._measure import Send, Steps, Tally, one_window
 from autotune.probe._protocol import Window
 from autotune.probe._timing import synchronize
-from autotune.probe._train import PieceError, Trainer
+from autotune.probe._train import Trainer
 from autotune.settings import Settings
 
 REWARM_SECONDS = 0.1
@@ -116,12 +116,8 @@ def measure_turns(
                 setup.send(("turn_start", turn.index))
                 try:
                     window = _one_turn(turn, setup)
-                except PieceError as error:
-                    failure = classify(error.error, error.piece)
-                    _fail(turn, failure, setup.send, setup.device, error)
-                    continue
                 except Exception as error:  # this config's own failure: the others go on
-                    _fail(turn, classify(error, None), setup.send, setup.device, error)
+                    _fail(turn, error, setup.send, setup.device)
                     continue
                 finally:
                     paused.pause(turn.index)
@@ -184,15 +180,16 @@ def _warm(
             return
 
 
-def _fail(turn: Turn, failure: Any, send: Send, device: torch.device, error: BaseException) -> None:
+def _fail(turn: Turn, error: BaseException, send: Send, device: torch.device) -> None:
     """Leave ``turn`` out from now on: its loader's epoch ended, the device's memory
-    its batch held given back, its failure sent.
+    its batch held given back, the failure ``error`` was sent.
 
-    ``error``'s tracebacks are cleared first: their frames hold the loader's iterator,
-    which would otherwise outlive the turn and shut its workers down only when the
-    garbage collector reached it, during another config's turn, with those workers
-    stopped, so that the shutdown waited out DataLoader's join timeout."""
+    ``error``'s tracebacks are cleared once it is classified: their frames hold the
+    loader's iterator, which would otherwise outlive the turn and shut its workers down
+    only when the garbage collector reached it, during another config's turn, with those
+    workers stopped, so that the shutdown waited out DataLoader's join timeout."""
     turn.failed = True
+    failure = classify_raised(error)
     _release_frames(error)
     with contextlib.suppress(Exception):
         turn.close()
@@ -203,8 +200,8 @@ def _fail(turn: Turn, failure: Any, send: Send, device: torch.device, error: Bas
 
 
 def _release_frames(error: BaseException) -> None:
-    """Clear the frames of ``error``'s tracebacks, and those of the errors it wraps or
-    was raised from, once its message is taken."""
+    """Clear the frames of ``error``'s tracebacks, and those of the errors it was raised
+    from or during (a :class:`PieceError` is raised from the error it wraps)."""
     seen: set[int] = set()
     todo: list[BaseException | None] = [error]
     while todo:
@@ -213,10 +210,7 @@ def _release_frames(error: BaseException) -> None:
             continue
         seen.add(id(current))
         traceback.clear_frames(current.__traceback__)
-        wrapped = getattr(current, "error", None)  # a PieceError's own error
         todo += [current.__cause__, current.__context__]
-        if isinstance(wrapped, BaseException):
-            todo.append(wrapped)
 
 
 def _children() -> list[int]:

@@ -143,6 +143,9 @@ def test_a_failed_turn_lets_go_of_its_loader_while_its_error_is_handled() -> Non
     try:
         _next_batch(cast(_Iterator, holder.iterator))
     except ValueError as error:
-        _fail(turn, "failure", sent.append, torch.device("cpu"), error)
+        _fail(turn, error, sent.append, torch.device("cpu"))
         assert ended() is None  # gone while the error is still being handled
-    assert turn.failed and sent == [("turn_error", (0, "failure"))]
+    assert turn.failed
+    ((event, (index, failure)),) = sent
+    assert (event, index) == ("turn_error", 0)
+    assert (failure.kind, failure.message) == ("error", "ValueError: corrupt record 4")
