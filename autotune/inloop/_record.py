@@ -97,7 +97,7 @@ def record_choice(where: StudyLocation, choice: Choice, *, trials: bool = True) 
     Returns:
         The result saved, as ``autotune.load(where)`` reads it back.
     """
-    study = open_study(where, create=True)
+    study = open_study(where, create=True, writes=True)
     if not read_meta(study):
         study.set_user_attr(Attr.META, _meta(choice))
     with quiet_optuna():

@@ -120,7 +120,7 @@ def _begin(
     if options.resume and not setup.study.exists():
         raise StudyError(f"--resume: there is no study at {setup.study} to continue.")
     request = template(workload, options, setup.device, setup.placement.ranks)
-    study = open_study(setup.study, create=not options.resume)
+    study = open_study(setup.study, create=not options.resume, writes=True)
     return SearchState(
         workload=workload,
         user_space=user_space,

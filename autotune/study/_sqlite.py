@@ -13,6 +13,7 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from autotune._errors import StudyError
 
@@ -107,6 +108,37 @@ def exclusive(path: Path) -> Iterator[None]:
         yield
     finally:
         os.close(handle)  # releases the lock
+
+
+def refuse_when_locked(engine: Any, path: Path) -> None:
+    """Make a statement on ``engine`` that waited out the busy timeout raise the study's
+    locked line at once.
+
+    Optuna retries a trial's creation five times, up to 2 s apart, for a database server's
+    deadlocks; on a file each try waits the whole timeout again, so a locked study would
+    be refused only after five timeouts, and the line would name one.
+    """
+    import sqlalchemy.event
+
+    def refuse(context: Any) -> None:
+        error = context.original_exception
+        if isinstance(error, sqlite3.OperationalError) and "locked" in str(error):
+            raise StudyError(locked(path)) from error
+
+    sqlalchemy.event.listen(engine, "handle_error", refuse)
+
+
+def wait_to_write(path: Path) -> None:
+    """Wait, up to the timeout, until the study file at ``path`` can be written (nothing is);
+    refused in one line if another process holds it locked that long."""
+    with contextlib.closing(sqlite3.connect(path, timeout=LOCK_TIMEOUT_SECONDS)) as connection:
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+            connection.execute("ROLLBACK")
+        except sqlite3.OperationalError as error:
+            if "locked" in str(error):
+                raise StudyError(locked(path)) from None
+            raise StudyError(corrupt(path, str(error))) from None
 
 
 def use_wal(path: Path) -> None:

@@ -55,7 +55,9 @@ def _file_storage(location: StudyLocation, *, must_exist: bool) -> BeatingStorag
         else:  # a new study is kept in WAL mode; an older file keeps the journal it has
             _sqlite.use_wal(path)
         timeout = {"connect_args": {"timeout": _sqlite.LOCK_TIMEOUT_SECONDS}}
-        return _open(location, engine_kwargs=timeout, existed=existed)
+        storage = _open(location, engine_kwargs=timeout, existed=existed)
+    _sqlite.refuse_when_locked(storage.engine, path)
+    return storage
 
 
 def _database_storage(location: StudyLocation, *, must_exist: bool) -> BeatingStorage:

@@ -22,7 +22,7 @@ from autotune.probe import Failure, Figures, Measurement
 from autotune.settings import Settings
 from autotune.study._attrs import STUDY_FORMAT, Attr
 from autotune.study._location import StudyLocation
-from autotune.study._sqlite import checkpoint
+from autotune.study._sqlite import checkpoint, wait_to_write
 from autotune.study._storage import explain, open_storage
 
 
@@ -51,8 +51,11 @@ def study_names(location: StudyLocation) -> list[str]:
     return [s.study_name for s in optuna.get_all_study_summaries(store)]
 
 
-def open_study(location: StudyLocation, *, create: bool) -> optuna.Study:
+def open_study(location: StudyLocation, *, create: bool, writes: bool = False) -> optuna.Study:
     """The study ``location`` names; created when ``create`` and absent.
+
+    With ``writes`` (a search, a recorded choice), a study file another process holds
+    locked past the timeout is refused now, before any probe runs, not at the first write.
 
     A storage that holds exactly one study means that one, whatever its name (a renamed
     or copied file, a database kept for one study): it is read, or continued, rather than
@@ -60,6 +63,8 @@ def open_study(location: StudyLocation, *, create: bool) -> optuna.Study:
     refused with their names.
     """
     store = open_storage(location, must_exist=not create)
+    if writes and location.path is not None:
+        wait_to_write(location.path)
     try:
         names = [s.study_name for s in optuna.get_all_study_summaries(store)]
         name = location.name

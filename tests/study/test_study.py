@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
+import time
 import warnings
 from pathlib import Path
 
@@ -91,6 +92,36 @@ def test_an_unfinished_search_still_gives_settings(saved_study: Path, tmp_path: 
     assert not result.confirmed
     assert result.baseline is None
     assert result.settings.batch_size in (8, 16)
+
+
+def test_a_study_file_locked_once_open_is_refused_after_one_wait_not_optunas_five(
+    tmp_path, monkeypatch
+) -> None:
+    # Optuna tries a new trial five times, up to 2 s apart; each try on a locked file
+    # would wait the whole timeout again and end in Optuna's StorageInternalError.
+    monkeypatch.setattr("autotune.study._sqlite.LOCK_TIMEOUT_SECONDS", 1.0)
+    path = tmp_path / "s.db"
+    study = open_study(locate(str(path), None), create=True, writes=True)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        started = time.monotonic()
+        with (
+            warnings.catch_warnings(),
+            pytest.raises(StudyError, match=f"^{path} is locked by another process and "),
+        ):
+            warnings.filterwarnings("ignore", message=".*Heartbeat of storage.*")
+            study.ask()
+        assert time.monotonic() - started < 5 * 1.0
+        # Opening it to write waits too, and is refused the same way.
+        with pytest.raises(StudyError, match="stayed locked for 1 s"):
+            open_study(locate(str(path), None), create=False, writes=True)
+        # Reading it does not wait: the file is in WAL mode.
+        assert open_study(locate(str(path), None), create=False).study_name == "s"
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert len(study.trials) == 0
 
 
 def test_a_missing_study_is_not_created_by_reading(tmp_path) -> None:
