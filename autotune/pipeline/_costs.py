@@ -14,7 +14,7 @@ from autotune.explore import (
     PASSES,
     BoundsLeft,
 )
-from autotune.probe import REWARM_SECONDS, reference_windows
+from autotune.probe import reference_windows, rewarm_seconds
 from autotune.workload import SearchOptions
 
 PROBE_START_S = 1.0
@@ -58,7 +58,7 @@ class ProbeCost:
         """A probe that measures ``configs`` configs in turns for ``passes`` passes: one
         start, each config's warm-up and window in the first pass, a shorter warm-up
         again and a window in each later one."""
-        later = max(REWARM_SECONDS, self.step_s) + self.window_s
+        later = max(rewarm_seconds(self.warmup_s), self.step_s) + self.window_s
         return self.start_s + configs * (self.warmup_s + self.window_s + (passes - 1) * later)
 
     def bounds(self, left: BoundsLeft, options: SearchOptions) -> float:

@@ -16,11 +16,10 @@ from autotune.probe._protocol import (
 )
 from autotune.probe._runner import refuse_while_bootstrapping, run_probe
 from autotune.probe._steady import ends_steady, steady_share
-from autotune.probe._turns import REWARM_SECONDS
+from autotune.probe._turns import rewarm_seconds
 
 __all__ = [
     "PLACEMENT",
-    "REWARM_SECONDS",
     "Failure",
     "Figures",
     "Measurement",
@@ -36,6 +35,7 @@ __all__ = [
     "preload_in_probes",
     "reference_windows",
     "refuse_while_bootstrapping",
+    "rewarm_seconds",
     "run_probe",
     "shm_shortfall",
     "start_probe_server",

@@ -18,7 +18,7 @@ What a turn does, so that a window measures the config alone in its steady state
   otherwise fill its whole queue while the others run, and read fast for it);
 - the config's first turn starts its loader and warms up as a probe of its own does
   (``warmup_seconds``, beyond the batches its workers queued while starting);
-- a later turn trains :data:`REWARM_SECONDS` first: its threads and precision were
+- a later turn trains :func:`rewarm_seconds` first: its threads and precision were
   just switched back, and caches that the other configs' steps displaced refill;
 - then one window, which ends on a whole turn of its workers.
 
@@ -51,6 +51,13 @@ from autotune.settings import Settings
 REWARM_SECONDS = 0.1
 """The least a later turn trains before its window: a thread count or precision just
 switched, and caches that another config's steps displaced, settle in a few steps."""
+
+
+def rewarm_seconds(warmup_seconds: float) -> float:
+    """How long a later turn trains before its window: :data:`REWARM_SECONDS`, or the
+    first turn's whole warm-up where that is shorter (warming up again never takes
+    longer than warming up did)."""
+    return min(REWARM_SECONDS, warmup_seconds)
 
 
 @dataclasses.dataclass
@@ -142,7 +149,8 @@ def _one_turn(turn: Turn, setup: TurnSetup) -> Window | None:
         turn.started = True
         _warm(turn, batch, least_s=setup.warmup_seconds, beyond_queued=True, stop=stop)
     else:
-        _warm(turn, None, least_s=REWARM_SECONDS, beyond_queued=False, stop=stop)
+        least_s = rewarm_seconds(setup.warmup_seconds)
+        _warm(turn, None, least_s=least_s, beyond_queued=False, stop=stop)
     if stop.is_set():
         return None
     synchronize(setup.device)

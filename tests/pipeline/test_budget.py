@@ -21,7 +21,7 @@ from autotune.decide import RUNOFF, round_length
 from autotune.explore import BoundsLeft
 from autotune.pipeline._budget import ENOUGH_TRIALS, MIN_TRIALS, RESERVE, Deadline, plan
 from autotune.pipeline._costs import ProbeCost, SearchShape, stage_seconds, trial_windows
-from autotune.probe import REWARM_SECONDS
+from autotune.probe._turns import REWARM_SECONDS
 from autotune.result import BudgetPlan, SearchResult
 from autotune.study import records
 
@@ -68,6 +68,9 @@ def test_rounds_in_turns_cost_one_start_and_each_configs_turns() -> None:
     cost = ProbeCost(start_s=1.0, warmup_s=0.5, window_s=0.5)
     later = REWARM_SECONDS + 0.5  # a warm-up again and a window
     assert cost.turns(4, passes=4) == pytest.approx(1.0 + 4 * (0.5 + 0.5 + 3 * later))
+    # A warm-up shorter than REWARM_SECONDS is all a later turn warms up again.
+    short = ProbeCost(start_s=1.0, warmup_s=0.05, window_s=0.5)
+    assert short.turns(4, passes=4) == pytest.approx(1.0 + 4 * (0.05 + 0.5 + 3 * 0.55))
     options = dataclasses.replace(GIVEN, window_seconds=0.5, warmup_seconds=0.5)
     stages = stage_seconds(dataclasses.replace(SHAPE, in_turns=True), options, cost)
     # 3 finalists and the fastest in full beside the default, one process a round.

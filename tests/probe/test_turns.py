@@ -3,7 +3,10 @@ failure; the workers of the config before a turn idle first."""
 
 from __future__ import annotations
 
+import math
 import signal
+import threading
+import time
 import weakref
 from typing import Any, cast
 
@@ -13,7 +16,9 @@ import workloads
 from faults import probe_request as request
 
 from autotune.probe import run_probe
-from autotune.probe._turns import Paused, Turn, _fail
+from autotune.probe._measure import Steps
+from autotune.probe._timing import copy_timer
+from autotune.probe._turns import REWARM_SECONDS, Paused, Turn, TurnSetup, _fail, measure_turns
 from autotune.settings import Settings
 
 NO_WORKERS = Settings(batch_size=4)
@@ -149,3 +154,59 @@ def test_a_failed_turn_lets_go_of_its_loader_while_its_error_is_handled() -> Non
     ((event, (index, failure)),) = sent
     assert (event, index) == ("turn_error", 0)
     assert (failure.kind, failure.message) == ("error", "ValueError: corrupt record 4")
+
+
+STEP_S = 1 / 128
+"""A training step of the fake clock: a power of two, so that its sums are exact."""
+
+
+@pytest.mark.parametrize(("warmup_s", "rewarm_steps"), [(3 * STEP_S, 3), (0.5, 13)])
+def test_a_later_turn_warms_up_again_no_longer_than_the_first_did(
+    monkeypatch, warmup_s, rewarm_steps
+) -> None:
+    # A clock that only training steps move: the steps each turn trains count its
+    # warm-up and its window, whatever the machine's load.
+    now = [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])
+    trained: list[int] = []
+
+    def work(batch: Any) -> None:
+        now[0] += STEP_S
+        trained[-1] += 1
+
+    def send(event: tuple[str, Any]) -> None:
+        if event[0] == "turn_start":
+            trained.append(0)
+
+    turns = [
+        Turn(
+            index=index,
+            settings=Settings(batch_size=1),
+            steps=Steps(lambda: (0, 1), lambda b: b, work, 1, copy_timer(torch.device("cpu"))),
+            queued=0,
+            turn=1,
+        )
+        for index in range(2)
+    ]
+    setup = TurnSetup(
+        window_seconds=2 * STEP_S,
+        warmup_seconds=warmup_s,
+        trainer=None,
+        default_threads=1,
+        device=torch.device("cpu"),
+        send=send,
+        stop=threading.Event(),
+    )
+    measure_turns(turns, setup, passes=2, paused=cast(Paused, _NoPause()))
+    first = math.ceil(warmup_s / STEP_S)  # the first turns: the whole warm-up, a window
+    # the later ones: REWARM_SECONDS, or the warm-up where that is shorter, then a window
+    assert rewarm_steps == math.ceil(min(REWARM_SECONDS, warmup_s) / STEP_S)
+    assert trained == [first + 2, first + 2, rewarm_steps + 2, rewarm_steps + 2]
+
+
+class _NoPause:
+    def pause(self, index: int) -> None: ...
+
+    def resume(self, index: int) -> None: ...
+
+    def resume_all(self) -> None: ...
