@@ -211,26 +211,42 @@ def _owners(study: str) -> set[int] | None:
 
 class TwoSearchesDataset(SleepyDataset):
     """A SleepyDataset whose items, in a probe of a search that owns a trial in the study
-    named by $AUTOTUNE_TEST_TWO_SEARCHES_STUDY, wait until another search owns one too: the
-    first trial of each of two searches runs while the other's exists, however the machine
-    schedules their start-ups (a search's preflight, before its first trial, never waits)."""
+    named by ``study`` (else $AUTOTUNE_TEST_TWO_SEARCHES_STUDY), wait until another search
+    owns one too: the first trial of each of two searches runs while the other's exists,
+    however the machine schedules their start-ups (a search's preflight, before its first
+    trial, never waits)."""
+
+    def __init__(self, length: int = 256, study: str | None = None) -> None:
+        super().__init__(length)
+        self.study = study
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        study = os.environ.get(TWO_SEARCHES_STUDY)
+        study = self.study or os.environ.get(TWO_SEARCHES_STUDY)
         if study:
             _wait_for_another_search(study)
         return super().__getitem__(index)
 
 
-def _wait_for_another_search(study: str, limit: float = 240.0) -> None:
+def _search_pid() -> int | None:
+    """The search this probe (or its loader's worker) runs for: the process that started
+    the fork server the probe came from; None outside a probe."""
     try:
-        mine = {ancestor.pid for ancestor in psutil.Process().parents()}
+        ancestors = psutil.Process().parents()  # nearest first
+        for at, ancestor in enumerate(ancestors[:-1]):
+            if "multiprocessing.forkserver" in " ".join(ancestor.cmdline()):
+                return ancestors[at + 1].pid
     except psutil.Error:
-        mine = set()
+        pass
+    return None
+
+
+def _wait_for_another_search(study: str, limit: float = 240.0) -> None:
+    # By the search's own pid, not every ancestor's: one search may have started the other.
+    mine = _search_pid()
     deadline = time.monotonic() + limit
     while True:
         owners = _owners(study)
-        if owners is not None and (not owners & mine or len(owners) >= 2):
+        if owners is not None and (mine not in owners or len(owners) >= 2):
             return
         if time.monotonic() > deadline:
             raise RuntimeError(f"no other search owned a trial of {study} within {limit:g} s")

@@ -1,10 +1,14 @@
-"""Two searches on the same study at once (one from the command line, one from the
-Python API), in an SQLite file and in PostgreSQL: both finish, and no trial is lost or
-duplicated; a writer killed outright leaves no trial RUNNING once the study is resumed."""
+"""Two searches on the same study at once (one from the command line in a process of its
+own, one from the Python API in the test's), in an SQLite file and in PostgreSQL: both
+finish, and no trial is lost or duplicated; a writer killed outright leaves no trial
+RUNNING once the study is resumed."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import io
+import os
 import signal
 import time
 from pathlib import Path
@@ -12,11 +16,13 @@ from pathlib import Path
 import optuna
 import pytest
 import sqlalchemy.exc
+import workloads
 from conftest import QUICK, defaults_measured
-from faults import NAME, Running, drive, finish_together, finished_numbers
+from faults import NAME, Running, drive, finished_numbers
 from test_faults_interrupt import LONG
 from workloads import TWO_SEARCHES_STUDY
 
+import autotune
 from autotune.study import Attr, TrialRecord
 
 BOTH = dataclasses.replace(
@@ -40,14 +46,27 @@ def shared(request: pytest.FixtureRequest, workdir: Path) -> tuple[str, str]:
 def test_two_searches_on_one_study_at_once(workdir, shared) -> None:
     # Each search's first trial waits in its probe until the other search owns a trial
     # too (workloads.TwoSearchesDataset): they run at once whatever the machine's load
-    # and whatever runs beside them, not by how fast each one starts.
+    # and whatever runs beside them, not by how fast each one starts. The command line
+    # searches in a process of its own, the API in this one.
     where, url = shared
-    env = {TWO_SEARCHES_STUDY: where if "://" in where else str(Path(where).resolve())}
-    cli = Running("cli", BOTH, workdir, "--study", where, env=env)
-    api = Running("api", BOTH, workdir, "--study", where, env=env)
-    (code, stderr), (api_code, api_stderr) = finish_together(cli, api, timeout=300)
+    study = where if "://" in where else str(Path(where).resolve())
+    cli = Running("cli", BOTH, workdir, "--study", where, env={TWO_SEARCHES_STUDY: study})
+    progress = io.StringIO()
+    try:
+        autotune.search(
+            **{
+                **BOTH.api_kwargs(),
+                "dataset": functools.partial(workloads.TwoSearchesDataset, study=study),
+                "study": where,
+                "progress": autotune.LineProgress(progress),
+            }
+        )
+    except BaseException:
+        os.killpg(cli.process.pid, signal.SIGKILL)  # its first trial would wait for ours
+        raise
+    code, stderr = cli.finish(timeout=300)
     assert code == 0, stderr
-    assert api_code == 0, api_stderr
+    api_stderr, api_pid = progress.getvalue(), os.getpid()
 
     study = optuna.load_study(study_name=NAME, storage=url)
     trials = study.get_trials(deepcopy=False)
@@ -56,7 +75,7 @@ def test_two_searches_on_one_study_at_once(workdir, shared) -> None:
     assert all(t.state.is_finished() for t in trials)
 
     owners = [t.user_attrs[Attr.OWNER]["pid"] for t in trials]
-    assert set(owners) == {cli.process.pid, api.process.pid}
+    assert set(owners) == {cli.process.pid, api_pid}
     by_owner = {
         pid: [t for t in trials if t.user_attrs[Attr.OWNER]["pid"] == pid] for pid in owners
     }
@@ -77,7 +96,7 @@ def test_two_searches_on_one_study_at_once(workdir, shared) -> None:
     assert max(firsts) < min(lasts)
     # What each reported is its own trials, all in the study.
     assert finished_numbers(stderr) == {t.number for t in by_owner[cli.process.pid]}
-    assert finished_numbers(api_stderr) == {t.number for t in by_owner[api.process.pid]}
+    assert finished_numbers(api_stderr) == {t.number for t in by_owner[api_pid]}
 
 
 def owned_running(url: str, pid: int) -> list[int]:
