@@ -272,10 +272,11 @@ class Deadline:
         return dataclasses.replace(planned, timeout=timeout)
 
     def confirming(
-        self, options: SearchOptions, round_configs: int, progress: Progress
+        self, options: SearchOptions, round_configs: int | None, progress: Progress
     ) -> SearchOptions:
-        """The options the confirming rounds and the runoff run with, now that a round's
-        ``round_configs`` (the default loader's included) are known."""
+        """The options the confirming rounds and the runoff run with, once a round's
+        ``round_configs`` (the default loader's included) are known; before (None), the
+        finalists the time left takes, from which the round is then made."""
         done = {Stage.BOUNDS, Stage.WORKERS, Stage.EXPLORE}
         return self._replan(options, done, progress, round_configs=round_configs)
 
@@ -289,14 +290,13 @@ class Deadline:
 
     def _learn(self) -> None:
         """A probe's start as this search's trials took it: the median of what each ran
-        beyond its warm-up and windows. The preflight timed one probe; the trials time
-        them on the machine as it is loaded now, teardown included."""
+        beyond its warm-up and windows, and of its loader's start to its first batch.
+        The preflight timed one probe; the trials time them on the machine as it is
+        loaded now, teardown included."""
         if self.study is None:
             return
-        overheads = [
-            record.duration_s
-            - self.cost.warmup_s
-            - len(record.figures.windows) * self.cost.window_s
+        ran = [
+            (record.duration_s, record.figures)
             for record in records(self.study)
             if record.number >= self._first_trial
             and record.probed
@@ -304,10 +304,17 @@ class Deadline:
             and record.figures is not None
             and record.duration_s is not None
         ]
+        overheads = [
+            took - self.cost.warmup_s - len(figures.windows) * self.cost.window_s
+            for took, figures in ran
+        ]
+        loaders = [figures.startup_s for _, figures in ran if figures.startup_s is not None]
         if overheads:
             self.cost = dataclasses.replace(
                 self.cost, start_s=max(0.0, statistics.median(overheads))
             )
+        if loaders:
+            self.cost = dataclasses.replace(self.cost, loader_start_s=statistics.median(loaders))
 
     def _shape(self, done: set[Stage], round_configs: int | None = None) -> SearchShape:
         return dataclasses.replace(

@@ -35,6 +35,9 @@ class ProbeCost:
     window_s: float
     step_s: float = 0.0
     """One training step: the least a warm-up or a window lasts."""
+    loader_start_s: float = 0.0
+    """A config's loader, from its start to its first batch (its workers started): a
+    probe in turns starts one for each of its configs, where ``start_s`` counts one."""
 
     @classmethod
     def of(
@@ -56,10 +59,11 @@ class ProbeCost:
 
     def turns(self, configs: int, passes: int = PASSES) -> float:
         """A probe that measures ``configs`` configs in turns for ``passes`` passes: one
-        start, each config's warm-up and window in the first pass, a shorter warm-up
-        again and a window in each later one."""
+        start, the loader of each config after the first, each config's warm-up and
+        window in the first pass, a shorter warm-up again and a window in each later one."""
         later = max(rewarm_seconds(self.warmup_s), self.step_s) + self.window_s
-        return self.start_s + configs * (self.warmup_s + self.window_s + (passes - 1) * later)
+        each = self.warmup_s + self.window_s + (passes - 1) * later
+        return self.start_s + max(0, configs - 1) * self.loader_start_s + configs * each
 
     def bounds(self, left: BoundsLeft, options: SearchOptions) -> float:
         """The bounds' passes still to measure (:meth:`BoundsLeft.seconds`), at this probe

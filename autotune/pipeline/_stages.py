@@ -161,6 +161,9 @@ def run_confirm(state: SearchState) -> None:
                 f"with `autotune show {state.where}`."
             )
         threads = state.info.get("torch_threads")
+        # The finalists first: a round is made of them, and the time exploring left may
+        # take fewer than planned before it.
+        plan.options = state.budget().confirming(plan.options, None, plan.progress)
         configs = round_configs(plan, explored, state.baseline, threads)
         plan.options = state.budget().confirming(plan.options, configs, plan.progress)
         state.confirmed = confirm(

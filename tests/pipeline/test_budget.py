@@ -71,6 +71,9 @@ def test_rounds_in_turns_cost_one_start_and_each_configs_turns() -> None:
     # A warm-up shorter than REWARM_SECONDS is all a later turn warms up again.
     short = ProbeCost(start_s=1.0, warmup_s=0.05, window_s=0.5)
     assert short.turns(4, passes=4) == pytest.approx(1.0 + 4 * (0.05 + 0.5 + 3 * 0.55))
+    # Each config after the first starts its own loader (the probe's start counts one).
+    loaders = dataclasses.replace(cost, loader_start_s=0.25)
+    assert loaders.turns(4, passes=4) == pytest.approx(cost.turns(4, passes=4) + 3 * 0.25)
     options = dataclasses.replace(GIVEN, window_seconds=0.5, warmup_seconds=0.5)
     stages = stage_seconds(dataclasses.replace(SHAPE, in_turns=True), options, cost)
     # 3 finalists and the fastest in full beside the default, one process a round.
@@ -194,6 +197,25 @@ def test_the_deadline_plans_again_before_each_stage_and_records_what_it_cut() ->
     )
 
 
+def test_exploring_past_its_plan_leaves_fewer_finalists_before_their_round_is_made() -> None:
+    clock, said = Clock(), Messages()
+    deadline = Deadline(280.0, started=0.0, shape=SHAPE, cost=COST, clock=clock)
+    clock.now = SPENT
+    options = deadline.first_plan(GIVEN, said)
+    assert options.finalists == 3
+    clock.now = 225.0  # exploring overran: a round of 3 finalists and the fastest (7
+    # probes, 35 s) no longer fits in the 27 s left before the reserve (252 s)...
+    finalists = deadline.confirming(options, None, said)
+    # ...so the round is made of one finalist and the fastest (4 probes, 20 s)
+    assert (finalists.finalists, finalists.rounds) == (1, 1)
+    assert said.lines[-1] == (
+        "budget: 0:55 left (0:28 of it kept in reserve); left out: the ceilings, the runoff,"
+        " confirming rounds 3 -> 1, finalists 3 -> 1"
+    )
+    # and, once the round is made, its size is what is planned; the finalists stay.
+    assert deadline.confirming(finalists, 2 + 1, said).finalists == 1
+
+
 def test_a_round_longer_than_planned_costs_the_later_stages_in_the_plans_order() -> None:
     clock, said = Clock(), Messages()
     deadline = Deadline(280.0, started=0.0, shape=SHAPE, cost=COST, clock=clock)
@@ -247,7 +269,7 @@ def test_the_ceilings_are_skipped_when_the_rounds_overran() -> None:
     assert deadline.keeps_ceilings(options, said)
 
 
-def test_a_probes_start_is_what_this_searchs_trials_took_beyond_their_windows(
+def test_a_probes_start_and_a_loaders_are_what_this_searchs_trials_took(
     saved_study,
 ) -> None:
     measured = SearchOptions(window_seconds=0.1, warmup_seconds=0.05, max_windows=3)
@@ -263,6 +285,11 @@ def test_a_probes_start_is_what_this_searchs_trials_took_beyond_their_windows(
     beyond = sorted(r.duration_s - 0.05 - 0.1 * len(r.figures.windows) for r in ran)
     assert len(ran) >= 3 and 0 < beyond[0] <= deadline.cost.start_s <= beyond[-1] < 30
     assert deadline.cost.start_s == pytest.approx(statistics.median(beyond))
+    # and a config's loader takes to its first batch what these trials' loaders took
+    loaders = [r.figures.startup_s for r in ran if r.figures.startup_s is not None]
+    assert len(loaders) == len(ran) and cost.loader_start_s == 0.0
+    assert deadline.cost.loader_start_s == pytest.approx(statistics.median(loaders))
+    assert deadline.cost.loader_start_s > 0
 
 
 def test_without_a_budget_every_check_gives_the_options_back() -> None:
