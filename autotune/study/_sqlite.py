@@ -130,7 +130,8 @@ def refuse_when_locked(engine: Any, path: Path) -> None:
 
 def wait_to_write(path: Path) -> None:
     """Wait, up to the timeout, until the study file at ``path`` can be written (nothing is);
-    refused in one line if another process holds it locked that long."""
+    refused in one line if another process holds it locked that long. Any other error
+    (a read-only file) is left to the first write, which names it as it always did."""
     with contextlib.closing(sqlite3.connect(path, timeout=LOCK_TIMEOUT_SECONDS)) as connection:
         try:
             connection.execute("BEGIN IMMEDIATE")
@@ -138,7 +139,6 @@ def wait_to_write(path: Path) -> None:
         except sqlite3.OperationalError as error:
             if "locked" in str(error):
                 raise StudyError(locked(path)) from None
-            raise StudyError(corrupt(path, str(error))) from None
 
 
 def use_wal(path: Path) -> None:
