@@ -164,11 +164,17 @@ class Clock:
         return self.now
 
 
-def test_the_deadline_plans_again_before_each_stage_and_records_what_it_cut() -> None:
+def after_the_preflight(budget_s: float) -> tuple[Clock, Messages, Deadline, SearchOptions]:
+    """A deadline of ``budget_s`` on the made-up costs, its first plan made once the
+    preflight has spent SPENT: the clock, what it said, the deadline and the options."""
     clock, said = Clock(), Messages()
-    deadline = Deadline(100.0, started=0.0, shape=SHAPE, cost=COST, clock=clock)
+    deadline = Deadline(budget_s, started=0.0, shape=SHAPE, cost=COST, clock=clock)
     clock.now = SPENT
-    options = deadline.first_plan(GIVEN, said)
+    return clock, said, deadline, deadline.first_plan(GIVEN, said)
+
+
+def test_the_deadline_plans_again_before_each_stage_and_records_what_it_cut() -> None:
+    clock, said, deadline, options = after_the_preflight(100.0)
     # Every plan fits the budget less its reserve.
     assert deadline.plan is not None and deadline.plan.planned_s <= 100 * (1 - RESERVE)
     assert said.lines == [deadline.plan.describe()]
@@ -198,10 +204,7 @@ def test_the_deadline_plans_again_before_each_stage_and_records_what_it_cut() ->
 
 
 def test_exploring_past_its_plan_leaves_fewer_finalists_before_their_round_is_made() -> None:
-    clock, said = Clock(), Messages()
-    deadline = Deadline(280.0, started=0.0, shape=SHAPE, cost=COST, clock=clock)
-    clock.now = SPENT
-    options = deadline.first_plan(GIVEN, said)
+    clock, said, deadline, options = after_the_preflight(280.0)
     assert options.finalists == 3
     clock.now = 225.0  # exploring overran: a round of 3 finalists and the fastest (7
     # probes, 35 s) no longer fits in the 27 s left before the reserve (252 s)...
@@ -217,10 +220,7 @@ def test_exploring_past_its_plan_leaves_fewer_finalists_before_their_round_is_ma
 
 
 def test_a_round_longer_than_planned_costs_the_later_stages_in_the_plans_order() -> None:
-    clock, said = Clock(), Messages()
-    deadline = Deadline(280.0, started=0.0, shape=SHAPE, cost=COST, clock=clock)
-    clock.now = SPENT
-    options = deadline.first_plan(GIVEN, said)
+    clock, said, deadline, options = after_the_preflight(280.0)
     assert options == GIVEN  # 251 s planned, in the 252 s the reserve leaves
     clock.now = SPENT + 24 + 40  # bounds, sweep and exploration as planned
     # 10 configs in a round beside the default, not the 4 planned: 16 probes a round.
@@ -235,10 +235,7 @@ def test_a_round_longer_than_planned_costs_the_later_stages_in_the_plans_order()
 
 
 def test_time_an_earlier_stage_left_unspent_brings_back_what_the_plan_cut() -> None:
-    clock, said = Clock(), Messages()
-    deadline = Deadline(100.0, started=0.0, shape=SHAPE, cost=COST, clock=clock)
-    clock.now = SPENT
-    options = deadline.first_plan(GIVEN, said)
+    clock, said, deadline, options = after_the_preflight(100.0)
     assert options.rounds == 1
     clock.now = SPENT + 10  # exploring stopped early, 30 s before its plan
     confirming = deadline.confirming(options, 4 + 1, said)
@@ -256,10 +253,7 @@ def test_time_an_earlier_stage_left_unspent_brings_back_what_the_plan_cut() -> N
 
 
 def test_the_ceilings_are_skipped_when_the_rounds_overran() -> None:
-    clock, said = Clock(), Messages()
-    deadline = Deadline(280.0, started=0.0, shape=SHAPE, cost=COST, clock=clock)
-    clock.now = SPENT
-    options = deadline.first_plan(GIVEN, said)
+    clock, said, deadline, options = after_the_preflight(280.0)
     clock.now = 250.0  # 20 s of ceilings no longer fit before the reserve (252 s)
     assert not deadline.keeps_ceilings(options, said)
     assert said.lines[-1] == (
