@@ -48,7 +48,7 @@ def check_file(path: Path) -> None:
             }
             problems = [row[0] for row in connection.execute("PRAGMA quick_check")]
     except sqlite3.OperationalError as error:
-        if "locked" in str(error):
+        if is_lock_timeout(error):
             raise StudyError(locked(path)) from None
         raise StudyError(corrupt(path, str(error))) from None
     except sqlite3.DatabaseError as error:
@@ -68,6 +68,13 @@ def corrupt(path: Path, detail: str) -> str:
         f"{path} is corrupt ({detail}). Nothing was written; restore it from a copy or give "
         "another --study path."
     )
+
+
+def is_lock_timeout(error: BaseException) -> bool:
+    """Whether ``error`` is SQLite's busy timeout running out while another process held
+    the file ("database is locked"), raised by sqlite3 itself or wrapped by SQLAlchemy
+    or Optuna: the one test of it, as SQLite gives no error code of its own for it."""
+    return "locked" in str(error)
 
 
 def locked(path: Path) -> str:
@@ -122,7 +129,7 @@ def refuse_when_locked(engine: Any, path: Path) -> None:
 
     def refuse(context: Any) -> None:
         error = context.original_exception
-        if isinstance(error, sqlite3.OperationalError) and "locked" in str(error):
+        if isinstance(error, sqlite3.OperationalError) and is_lock_timeout(error):
             raise StudyError(locked(path)) from error
 
     sqlalchemy.event.listen(engine, "handle_error", refuse)
@@ -137,7 +144,7 @@ def wait_to_write(path: Path) -> None:
             connection.execute("BEGIN IMMEDIATE")
             connection.execute("ROLLBACK")
         except sqlite3.OperationalError as error:
-            if "locked" in str(error):
+            if is_lock_timeout(error):
                 raise StudyError(locked(path)) from None
 
 
@@ -148,7 +155,7 @@ def use_wal(path: Path) -> None:
         try:
             connection.execute("PRAGMA journal_mode=WAL")
         except sqlite3.OperationalError as error:
-            if "locked" not in str(error):
+            if not is_lock_timeout(error):
                 raise StudyError(corrupt(path, str(error))) from None
 
 

@@ -169,7 +169,7 @@ def explain(location: StudyLocation, error: BaseException, *, opening: bool = Tr
     it (nothing written) or later (what was written before is kept)."""
     text = str(error)
     first = text.splitlines()[0] if text else type(error).__name__
-    if location.path is not None and "locked" in text:
+    if location.path is not None and _sqlite.is_lock_timeout(error):
         return _sqlite.locked(location.path)
     if "no longer compatible" in text:
         return _incompatible(location, text)
