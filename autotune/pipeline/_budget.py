@@ -272,13 +272,16 @@ class Deadline:
         return dataclasses.replace(planned, timeout=timeout)
 
     def confirming(
-        self, options: SearchOptions, round_configs: int | None, progress: Progress
+        self, options: SearchOptions, round_of: Callable[[SearchOptions], int], progress: Progress
     ) -> SearchOptions:
-        """The options the confirming rounds and the runoff run with, once a round's
-        ``round_configs`` (the default loader's included) are known; before (None), the
-        finalists the time left takes, from which the round is then made."""
+        """The options the confirming rounds and the runoff run with: first the finalists
+        the time left takes, then the rounds of the round ``round_of`` makes of those
+        options (its configs, the default loader's included). In that order, as a search
+        that explored past its plan has time for fewer finalists than planned before it,
+        and a round made of them all could only be cut to fewer rounds."""
         done = {Stage.BOUNDS, Stage.WORKERS, Stage.EXPLORE}
-        return self._replan(options, done, progress, round_configs=round_configs)
+        finalists = self._replan(options, done, progress)
+        return self._replan(finalists, done, progress, round_configs=round_of(finalists))
 
     def ddp(self, options: SearchOptions, progress: Progress) -> SearchOptions:
         """The options the DDP stage runs with."""

@@ -12,6 +12,7 @@ times it (:class:`~autotune.progress.StageClock`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from autotune._errors import WorkloadError
@@ -47,6 +48,7 @@ from autotune.result import SearchResult
 from autotune.settings import Settings
 from autotune.space import default_max_workers, fit_to_step
 from autotune.study import Attr, check_same_workload, study_meta
+from autotune.workload import SearchOptions
 
 CEILING_PROBES = 5
 """At most: compute and data of the winner and of the default loader, and the loader limit."""
@@ -161,11 +163,13 @@ def run_confirm(state: SearchState) -> None:
                 f"with `autotune show {state.where}`."
             )
         threads = state.info.get("torch_threads")
-        # The finalists first: a round is made of them, and the time exploring left may
-        # take fewer than planned before it.
-        plan.options = state.budget().confirming(plan.options, None, plan.progress)
-        configs = round_configs(plan, explored, state.baseline, threads)
-        plan.options = state.budget().confirming(plan.options, configs, plan.progress)
+
+        def round_of(options: SearchOptions) -> int:
+            return round_configs(
+                dataclasses.replace(plan, options=options), explored, state.baseline, threads
+            )
+
+        plan.options = state.budget().confirming(plan.options, round_of, plan.progress)
         state.confirmed = confirm(
             state.runner,
             plan,

@@ -173,6 +173,20 @@ def after_the_preflight(budget_s: float) -> tuple[Clock, Messages, Deadline, Sea
     return clock, said, deadline, deadline.first_plan(GIVEN, said)
 
 
+class Round:
+    """A round maker for ``Deadline.confirming``: ``size`` configs (the default loader's
+    included) whatever the options, or each finalist and the default loader; it keeps
+    the options it was given."""
+
+    def __init__(self, size: int | None = None) -> None:
+        self.size = size
+        self.given: list[SearchOptions] = []
+
+    def __call__(self, options: SearchOptions) -> int:
+        self.given.append(options)
+        return self.size if self.size is not None else options.finalists + 1
+
+
 def test_the_deadline_plans_again_before_each_stage_and_records_what_it_cut() -> None:
     clock, said, deadline, options = after_the_preflight(100.0)
     # Every plan fits the budget less its reserve.
@@ -184,22 +198,25 @@ def test_the_deadline_plans_again_before_each_stage_and_records_what_it_cut() ->
     # confirming round (35 s) before the reserve.
     exploring = deadline.exploring(options, said)
     assert exploring.timeout == pytest.approx(100 * (1 - RESERVE) - SPENT - 35 - 5)
-    # Exploring overran to 80 s: one round of 7 probes no longer fits, it runs anyway.
+    # Exploring overran to 80 s: one finalist is planned, but the round is made of five
+    # configs whatever the finalists; its 7 probes no longer fit, and it runs anyway.
     clock.now = 80.0
-    confirming = deadline.confirming(exploring, 4 + 1, said)
-    assert confirming.rounds == 1
-    assert said.lines[-1] == (
+    confirming = deadline.confirming(exploring, Round(4 + 1), said)
+    assert (confirming.rounds, confirming.finalists) == (1, 1)
+    assert said.lines[1:] == [
+        "budget: 0:20 left (0:10 of it kept in reserve); left out: finalists 3 -> 1",
         "budget: 0:20 left (0:10 of it kept in reserve), short of the least of the stages"
-        " left, which run all the same"
-    )
+        " left, which run all the same",
+    ]
     clock.now = 80.0 + 35  # the round ran
     assert not deadline.keeps_ceilings(confirming, said)
-    assert len(said.lines) == 2  # said once
+    assert len(said.lines) == 3  # said once
     assert deadline.plan.left_out == (
         "the ceilings",
         "the runoff",
         "the bounds and the worker sweep",
         "confirming rounds 3 -> 1",
+        "finalists 3 -> 1",
     )
 
 
@@ -208,15 +225,15 @@ def test_exploring_past_its_plan_leaves_fewer_finalists_before_their_round_is_ma
     assert options.finalists == 3
     clock.now = 225.0  # exploring overran: a round of 3 finalists and the fastest (7
     # probes, 35 s) no longer fits in the 27 s left before the reserve (252 s)...
-    finalists = deadline.confirming(options, None, said)
+    made = Round()
+    confirming = deadline.confirming(options, made, said)
     # ...so the round is made of one finalist and the fastest (4 probes, 20 s)
-    assert (finalists.finalists, finalists.rounds) == (1, 1)
+    assert [given.finalists for given in made.given] == [1]
+    assert (confirming.finalists, confirming.rounds) == (1, 1)
     assert said.lines[-1] == (
         "budget: 0:55 left (0:28 of it kept in reserve); left out: the ceilings, the runoff,"
         " confirming rounds 3 -> 1, finalists 3 -> 1"
     )
-    # and, once the round is made, its size is what is planned; the finalists stay.
-    assert deadline.confirming(finalists, 2 + 1, said).finalists == 1
 
 
 def test_a_round_longer_than_planned_costs_the_later_stages_in_the_plans_order() -> None:
@@ -224,7 +241,7 @@ def test_a_round_longer_than_planned_costs_the_later_stages_in_the_plans_order()
     assert options == GIVEN  # 251 s planned, in the 252 s the reserve leaves
     clock.now = SPENT + 24 + 40  # bounds, sweep and exploration as planned
     # 10 configs in a round beside the default, not the 4 planned: 16 probes a round.
-    confirming = deadline.confirming(options, 10 + 1, said)
+    confirming = deadline.confirming(options, Round(10 + 1), said)
     assert (confirming.rounds, confirming.runoff_rounds, confirming.ceilings) == (2, 0, False)
     assert said.lines[-1] == (
         "budget: 3:34 left (0:28 of it kept in reserve); left out: the ceilings, the runoff,"
@@ -238,7 +255,7 @@ def test_time_an_earlier_stage_left_unspent_brings_back_what_the_plan_cut() -> N
     clock, said, deadline, options = after_the_preflight(100.0)
     assert options.rounds == 1
     clock.now = SPENT + 10  # exploring stopped early, 30 s before its plan
-    confirming = deadline.confirming(options, 4 + 1, said)
+    confirming = deadline.confirming(options, Round(4 + 1), said)
     assert (confirming.rounds, confirming.runoff_rounds, confirming.ceilings) == (2, 0, False)
     assert said.lines[-1] == (
         "budget: 1:28 left (0:10 of it kept in reserve); back in: confirming rounds 1 -> 2"
@@ -274,7 +291,7 @@ def test_a_probes_start_and_a_loaders_are_what_this_searchs_trials_took(
     source = optuna.load_study(study_name="small", storage=f"sqlite:///{saved_study}")
     for trial in source.get_trials():
         study.add_trial(trial)  # as if this search had run them
-    deadline.confirming(measured, 7, Messages())
+    deadline.confirming(measured, Round(7), Messages())
     ran = [r for r in records(study) if r.probed and r.failure is None and r.figures]
     beyond = sorted(r.duration_s - 0.05 - 0.1 * len(r.figures.windows) for r in ran)
     assert len(ran) >= 3 and 0 < beyond[0] <= deadline.cost.start_s <= beyond[-1] < 30
@@ -291,7 +308,7 @@ def test_without_a_budget_every_check_gives_the_options_back() -> None:
     deadline = Deadline(None, started=0.0, shape=SHAPE, cost=COST, clock=Clock())
     assert deadline.first_plan(GIVEN, said) is GIVEN
     assert deadline.exploring(GIVEN, said) is GIVEN
-    assert deadline.confirming(GIVEN, 100, said) is GIVEN
+    assert deadline.confirming(GIVEN, Round(100), said) is GIVEN
     assert deadline.keeps_ceilings(GIVEN, said)
     assert deadline.plan is None and said.lines == []
 
