@@ -20,7 +20,6 @@ import psutil
 import pytest
 import workloads
 from faults import (
-    DRIVERS,
     Case,
     Places,
     Running,
@@ -220,64 +219,44 @@ def test_ctrl_c_lost_in_a_finalizer_still_stops_the_search(places) -> None:
     assert progress.finished == {t.number for t in trials}
 
 
-def test_sigkill_of_the_search(tmp_path, monkeypatch, capsys) -> None:
-    """Through both drivers at once, each in a place of its own."""
-    places = {driver: Places(tmp_path / driver).make() for driver in DRIVERS}
-    running = {
-        driver: Running(
-            driver,
-            LONG,
-            places[driver].cwd,
-            "--study",
-            str(places[driver].study),
-            config=places[driver].config,
-            env={"HOME": str(places[driver].home)},
-        )
-        for driver in DRIVERS
-    }
-    # Each is killed, the search alone (its probe must notice and end itself), as soon
-    # as a trial is done and another one runs.
-    alive = dict(running)
+def test_sigkill_of_the_search(places, capsys) -> None:
+    """Through the Python API; the command line's search, killed the same way, is
+    tests/integration/test_faults_concurrent.py's (on both storages): a SIGKILL runs no
+    code of either, so one more process of the same kill would test nothing new."""
+    search = Running("api", LONG, places.cwd, "--study", str(places.study))
+    # Killed, the search alone (its probe must notice and end itself), as soon as a trial
+    # is done and another one runs.
     deadline = time.monotonic() + 120
-    while alive and time.monotonic() < deadline:
-        for driver, search in list(alive.items()):
-            if running_trial(places[driver].study, at_least=1, owned=True) is not None:
-                # Killed at once: a trial the pruner stops after its first window (0.2 s
-                # after start-up) would otherwise end first, and none be left running.
-                time.sleep(0.05)
-                search.process.kill()
-                del alive[driver]
+    while running_trial(places.study, at_least=1, owned=True) is None:
+        assert time.monotonic() < deadline, "no trial #1+ ran"
+        assert search.process.poll() is None, "the search ended before it was killed"
         time.sleep(0.05)
-    assert not alive, f"no trial #1+ ran in {list(alive)}"
-    for driver, search in running.items():
-        code, stderr = search.finish(timeout=60)
-        assert code == -signal.SIGKILL
-        place = places[driver]
-        trials = study_trials(place.study)
-        finished = finished_numbers(stderr)
-        assert finished
-        check_kept(trials, finished)
-        left_running = [t for t in trials if t.state == "RUNNING"]
-        assert len(left_running) == 1
-        # It opens: `autotune show` for the command line's, autotune.load for the API's.
-        if driver == "cli":
-            assert main(["show", str(place.study)]) == 0
-            assert "RUNNING" in capsys.readouterr().out
-        else:
-            assert autotune.load(place.study).settings is not None
-        place.check_nothing_else_written(killed=True)
+    # Killed at once: a trial the pruner stops after its first window (0.2 s after
+    # start-up) would otherwise end first, and none be left running.
+    time.sleep(0.05)
+    search.process.kill()
+    code, stderr = search.finish(timeout=60)
+    assert code == -signal.SIGKILL
+    trials = study_trials(places.study)
+    finished = finished_numbers(stderr)
+    assert finished
+    check_kept(trials, finished)
+    left_running = [t for t in trials if t.state == "RUNNING"]
+    assert len(left_running) == 1
+    # It opens: in `autotune show` and through autotune.load.
+    assert main(["show", str(places.study)]) == 0
+    assert "RUNNING" in capsys.readouterr().out
+    assert autotune.load(places.study).settings is not None
+    places.check_nothing_else_written(killed=True)
 
-    # The next search on a study fails the trial left running at once (its search is
+    # The next search on the study fails the trial left running at once (its search is
     # gone, on this machine), and goes on.
-    place, search = places["cli"], running["cli"]
-    left_running = [t for t in study_trials(place.study) if t.state == "RUNNING"]
-    monkeypatch.chdir(place.cwd)
     shorter = dataclasses.replace(LONG, options={**LONG.options, "trials": 1})
-    study = ("--study", str(place.study))
-    again = drive("cli", shorter, place.cwd, capsys, *study, "--resume", config=place.config)
+    study = ("--study", str(places.study))
+    again = drive("cli", shorter, places.cwd, capsys, *study, "--resume", config=places.config)
     assert again.code == 0, again.error
-    stale = {t.number: t for t in study_trials(place.study)}[left_running[0].number]
+    stale = {t.number: t for t in study_trials(places.study)}[left_running[0].number]
     assert stale.state == "FAIL"
     assert stale.failure.kind == "interrupted"
     assert stale.failure.message.startswith(f"the search running it (pid {search.process.pid})")
-    place.check_nothing_else_written()
+    places.check_nothing_else_written()
