@@ -239,18 +239,18 @@ def batch_stage(model):
 def test_a_step_cost_the_batch_does_not_grow_makes_ddp_take_the_larger_batch() -> None:
     # Every step costs 30 ms whatever the batch, as a gradient all-reduce or a kernel
     # launch does: one rank's probes saw the winner's batch of 8; as DDP, 16 trains
-    # about twice as fast, so it is taken, and one rank is measured again at it.
+    # about twice as fast, so it is taken, and one rank is measured again at it. Where the
+    # first pair reads apart by less than its noise (a loaded machine), both are
+    # measured again, and the second pair decides.
     winner, chosen, ddp = batch_stage(workloads.steady_model)
-    assert [(m.role, m.settings.batch_size) for m in ddp.measurements] == [
-        ("winner", 8),
-        ("batch", 16),
-    ]
-    small, large = (m.samples_per_s for m in ddp.measurements)
+    pair = [("winner", 8), ("batch", 16)]
+    assert [(m.role, m.settings.batch_size) for m in ddp.measurements] in (pair, pair * 2)
+    small, large = (m.samples_per_s for m in ddp.measurements[-2:])
     assert large > 1.3 * small
     assert chosen.settings == Settings(batch_size=16, threads=1) == ddp.settings
     assert chosen.figures != winner.figures and chosen.samples_per_s > 0
     assert ddp.single_samples_per_s == chosen.samples_per_s
-    assert ddp.figures == ddp.measurements[1].figures
+    assert ddp.figures == ddp.measurements[-1].figures
     assert ddp.batch_gain == pytest.approx(large / small)
     # Dropped with the larger batch: the rounds measured the batch of 8. Its speedup over
     # the default is the rounds' times the gain as DDP, and is what the result states.
