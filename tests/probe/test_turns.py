@@ -80,8 +80,13 @@ def test_compute_turns_measure_each_combination_on_held_batches() -> None:
     )
     assert result.ok, result.failure
     small, large = result.turns
-    # Every forward takes 30 ms whatever the batch: batch 16 trains 4x as fast as 4.
-    assert large.figures.samples_per_s / small.figures.samples_per_s == pytest.approx(4, rel=0.25)
+    # Each turn trains on batches of its own combination.
+    assert all(w.samples % 4 == 0 for w in small.figures.windows)
+    assert all(w.samples % 16 == 0 for w in large.figures.windows)
+    # Every forward takes 30 ms whatever the batch: batch 16 trains about 4x as fast as 4.
+    # The band is wide, as a window holds only a few steps and a loaded machine delays a
+    # wake-up from sleep; one figure for both turns would read 1x, swapped ones 0.25x.
+    assert 2 < large.figures.samples_per_s / small.figures.samples_per_s < 6
     assert all(part.figures.wait_fraction < 0.05 for part in result.turns)
 
 
