@@ -81,8 +81,8 @@ def test_compute_turns_measure_each_combination_on_held_batches() -> None:
     assert result.ok, result.failure
     small, large = result.turns
     # Each turn trains on batches of its own combination.
-    assert all(w.samples % 4 == 0 for w in small.figures.windows)
-    assert all(w.samples % 16 == 0 for w in large.figures.windows)
+    assert all(w.samples == 4 * w.steps for w in small.figures.windows)
+    assert all(w.samples == 16 * w.steps for w in large.figures.windows)
     # Every forward takes 30 ms whatever the batch: batch 16 trains about 4x as fast as 4.
     # The band is wide, as a window holds only a few steps and a loaded machine delays a
     # wake-up from sleep; one figure for both turns would read 1x, swapped ones 0.25x.
