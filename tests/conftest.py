@@ -134,17 +134,25 @@ def _is_ray(process: psutil.Process) -> bool:
     return any(arg.endswith(".py") and f"{os.sep}ray{os.sep}" in arg for arg in argv)
 
 
+_FORKING_SERVERS = ("forkserver", "benchmarks.common._zygote")
+"""Command lines of the long-lived helpers a test process keeps between tests that fork
+what they run (the probes' fork server, the benchmark checker's zygote): their children
+share the command line, and are no helpers."""
+_SERVERS = (*_FORKING_SERVERS, "resource_tracker")
+
+
 def _is_helper(process: psutil.Process) -> bool:
-    """A long-lived helper: a fork server or resource tracker that a fork server did not
-    start (probes, forked from a fork server, share its command line), or one of Ray's
+    """A long-lived helper that no helper started (what a fork server or the zygote forks,
+    a probe or a measurement, shares its command line and is not one), or one of Ray's
     own processes (its servers and workers, in the Ray tests)."""
     if _is_ray(process):
         return True
     cmdline = " ".join(process.cmdline())
-    if "forkserver" not in cmdline and "resource_tracker" not in cmdline:
+    if not any(server in cmdline for server in _SERVERS):
         return False
     parent = process.parent()
-    return parent is None or "forkserver" not in " ".join(parent.cmdline())
+    parent_cmdline = "" if parent is None else " ".join(parent.cmdline())
+    return not any(server in parent_cmdline for server in _FORKING_SERVERS)
 
 
 def sessions_alive(sessions: list[int]) -> list[int]:
@@ -186,11 +194,8 @@ def session_processes() -> list[psutil.Process]:
 def no_leftover_processes() -> Iterator[None]:
     """Every test must leave no probe, DataLoader worker or search process behind."""
     yield
-    # The checker's zygote lives as long as the process that measures: a test's ends
-    # with it, so no later test finds it among its process's children.
-    checker = sys.modules.get("benchmarks.common._checker")
-    if checker is not None:
-        checker.close_zygote()
+    # The checker's zygote, like the fork server, stays for the next test that measures
+    # (it imports torch: seconds of CPU each time it starts); what it forked must be gone.
     leftovers = session_processes()
     if leftovers:
         # A fork server still importing its preloaded modules when its parent ended
