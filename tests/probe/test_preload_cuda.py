@@ -42,10 +42,32 @@ def modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize("culprit", ["fake_cuda_init", "fake_cuda_query"])
-def test_modules_that_touch_cuda_at_import_are_not_preloaded(modules, culprit) -> None:
-    with pytest.warns(RuntimeWarning, match=f"importing {culprit} touches CUDA"):
-        assert _preload.cuda_safe(("fake_harmless", culprit)) == ("fake_harmless",)
+def test_modules_that_touch_cuda_at_import_are_not_preloaded(modules, monkeypatch) -> None:
+    checks = []
+    run = _preload.subprocess.run
+
+    def counted(*args, **kwargs):
+        checks.append(args)
+        return run(*args, **kwargs)
+
+    monkeypatch.setattr(_preload.subprocess, "run", counted)
+    with pytest.warns(RuntimeWarning) as warned:
+        assert _preload.cuda_safe(("fake_cuda_init", "fake_harmless", "fake_cuda_query")) == (
+            "fake_harmless",
+        )
+    assert sorted(str(w.message).split(" touches CUDA")[0] for w in warned) == [
+        "importing fake_cuda_init",
+        "importing fake_cuda_query",
+    ]
+    assert len(checks) == 1  # one interpreter (one import of torch) checks them all
+
+
+def test_when_the_check_fails_nothing_is_preloaded_and_a_warning_says_why(
+    modules, monkeypatch
+) -> None:
+    monkeypatch.setattr(_preload, "_CHECK", "raise SystemExit('no torch here')")
+    with pytest.warns(RuntimeWarning, match=r"could not check whether importing fake_harmless"):
+        assert _preload.cuda_safe(("fake_harmless",)) == ()
 
 
 def test_modules_that_leave_cuda_alone_are_preloaded(modules) -> None:
