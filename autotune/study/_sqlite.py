@@ -19,21 +19,21 @@ from autotune._errors import StudyError
 
 LOCK_TIMEOUT_SECONDS = 60.0
 """How long opening or writing a study waits while another process holds its lock."""
-_SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 def check_file(path: Path) -> None:
-    """Refuse a file that is not an Optuna study, before Optuna writes into it."""
+    """Refuse a file that is not an Optuna study, before Optuna writes into it.
+
+    The file is read through SQLite alone, never opened beside it: POSIX locks belong to
+    a process, so closing any other descriptor of the file drops every lock this
+    process's open connections hold on it, and another process closing its last
+    connection would then delete the WAL and its index under them (writes lost, reads
+    of a stale study, "disk I/O error").
+    """
     if path.is_dir():
         raise StudyError(f"{path} is a directory; expected a study file (.db).")
-    size = path.stat().st_size
-    with path.open("rb") as handle:
-        header = handle.read(len(_SQLITE_HEADER))
-    if size == 0 or header != _SQLITE_HEADER:
-        raise StudyError(
-            f"{path} is not a study: it is not an SQLite database. Nothing was written; "
-            "give another --study path."
-        )
+    if path.stat().st_size == 0:  # SQLite would take it for a new, empty database
+        raise StudyError(not_sqlite(path))
     # Read only, unless a search was killed while writing: then SQLite rolls its journal
     # back on opening (the study as of its last commit), which a read-only opener cannot.
     mode = "rw" if Path(f"{path}-journal").exists() else "ro"
@@ -52,6 +52,8 @@ def check_file(path: Path) -> None:
             raise StudyError(locked(path)) from None
         raise StudyError(corrupt(path, str(error))) from None
     except sqlite3.DatabaseError as error:
+        if _error_name(error) == "SQLITE_NOTADB":
+            raise StudyError(not_sqlite(path)) from None
         raise StudyError(corrupt(path, str(error))) from None
     if problems != ["ok"]:
         raise StudyError(corrupt(path, problems[0].replace("\n", " ")))
@@ -60,6 +62,23 @@ def check_file(path: Path) -> None:
             f"{path} is an SQLite database but not a study (no Optuna tables). Nothing was "
             "written; give another --study path."
         )
+
+
+def not_sqlite(path: Path) -> str:
+    """The line for a file that is no SQLite database at all."""
+    return (
+        f"{path} is not a study: it is not an SQLite database. Nothing was written; "
+        "give another --study path."
+    )
+
+
+def _error_name(error: sqlite3.Error) -> str:
+    """SQLite's name for the code of ``error`` ("SQLITE_NOTADB"); Python before
+    3.11 gives none, and then the message SQLite writes for the code stands in."""
+    name = getattr(error, "sqlite_errorname", None)
+    if name is not None:
+        return str(name)
+    return "SQLITE_NOTADB" if "file is not a database" in str(error) else ""
 
 
 def corrupt(path: Path, detail: str) -> str:

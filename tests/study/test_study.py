@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
+import subprocess
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -122,6 +124,41 @@ def test_a_study_file_locked_once_open_is_refused_after_one_wait_not_optunas_fiv
         holder.execute("ROLLBACK")
         holder.close()
     assert len(study.trials) == 0
+
+
+_READ_AND_CLOSE = """
+import sqlite3, sys
+connection = sqlite3.connect(sys.argv[1])
+print(connection.execute("SELECT count(*) FROM trials").fetchone()[0])
+connection.close()
+"""
+"""Another process reading the study and closing: its last connection, if it took itself
+for the file's last, folds the WAL in and deletes it."""
+
+
+def test_opening_a_study_again_keeps_what_this_process_holds_open_of_it(tmp_path) -> None:
+    # POSIX locks belong to a process: an opening that read the file beside SQLite would
+    # drop, on closing that read, the locks the first opening's connection holds, and the
+    # other process's close would delete the WAL under it (later reads stale, writes lost).
+    path = tmp_path / "s.db"
+    first = open_study(locate(str(path), None), create=True, writes=True)
+    first.ask()
+    assert open_study(locate(str(path), None), create=False).study_name == "s"
+
+    def trials_seen_elsewhere() -> int:
+        done = subprocess.run(
+            [sys.executable, "-c", _READ_AND_CLOSE, str(path)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return int(done.stdout)
+
+    assert trials_seen_elsewhere() == 1
+    assert Path(f"{path}-wal").exists()  # still this process's to fold in
+    first.ask()
+    assert trials_seen_elsewhere() == 2  # the second trial was not written to a lost WAL
+    assert len(first.trials) == 2
 
 
 def test_a_missing_study_is_not_created_by_reading(tmp_path) -> None:
