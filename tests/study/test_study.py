@@ -136,10 +136,13 @@ connection.close()
 for the file's last, folds the WAL in and deletes it."""
 
 
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")
 def test_opening_a_study_again_keeps_what_this_process_holds_open_of_it(tmp_path) -> None:
     # POSIX locks belong to a process: an opening that read the file beside SQLite would
     # drop, on closing that read, the locks the first opening's connection holds, and the
     # other process's close would delete the WAL under it (later reads stale, writes lost).
+    # A search opens its study twice: to write, then to list the studies the file keeps
+    # for a warm start.
     path = tmp_path / "s.db"
     first = open_study(locate(str(path), None), create=True, writes=True)
     first.ask()
